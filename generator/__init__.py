@@ -1,0 +1,1 @@
+"""Placeholder sub-package; see the open issues."""

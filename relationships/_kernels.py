@@ -1,0 +1,268 @@
+"""numba kernels of the relationship engine (private; the API lives in ``engine.py``).
+
+Kernels take contiguous float64/int64 arrays and scalars only, never pandas objects, and never
+draw random numbers. Numeric flags live in ``JIT_OPTIONS``: no ``fastmath``, so results are
+bit-reproducible and equal to the plain-numpy references in ``reference.py``.
+
+Form and effect codes are the indices used in ``forms.py``; codes >= ``CUSTOM_CODE_BASE`` belong
+to user-registered forms and are dispatched by kernels rebuilt in ``dispatch.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+JIT_OPTIONS = {"nopython": True, "cache": True, "fastmath": False, "error_model": "numpy"}
+CUSTOM_CODE_BASE = 100
+
+MULTIPLICATIVE = 0
+ADDITIVE = 1
+
+STEP = 0
+BELL = 1
+
+# Primary forms g(y, f; p): identity at f = 1 by construction (every term is a multiple of
+# (f - 1), log f, tanh(k (f - 1)) or f ** p, all exactly neutral at f = 1).
+PROPORTIONAL = 0
+INVERSE = 1
+POWER = 2
+EXPONENTIAL = 3
+ASYMMETRIC_POWER = 4
+BROKEN_POWER = 5
+DAMPED_OFFSET = 6
+SHIFT = 7
+CLIPPED_SHIFT = 8
+IDLE_DYNAMIC = 9
+LOG_INCREASE = 10
+
+# Secondary effect shapes r(f): r(1) = 0 and non-decreasing in f.
+SIGNED_POWER = 0
+RATIO = 1
+LOG = 2
+REDUCTION_ONLY = 3
+SATURATING = 4
+EXP_SATURATION = 5
+
+
+@numba.njit(**JIT_OPTIONS)
+def _broken_power_multiplier(f: float, low: float, high: float, knee: float) -> float:
+    """``f ** low`` below the knee, continued by ``(f / knee) ** high`` above it."""
+    if f <= knee:
+        return f**low
+    return knee**low * (f / knee) ** high
+
+
+@numba.njit(**JIT_OPTIONS)
+def _primary_value(code: int, y: float, f: float, p: np.ndarray) -> float:
+    """Value of built-in primary form ``code`` at baseline ``y`` and factor ``f``."""
+    if code == PROPORTIONAL:
+        return y * (1.0 + (1.0 - p[0]) * (f - 1.0))
+    if code == INVERSE:
+        return y * (1.0 + (1.0 - p[1]) * (f ** (-p[0]) - 1.0))
+    if code == POWER:
+        return y * f ** p[0]
+    if code == EXPONENTIAL:
+        return y * math.exp(p[0] * (f - 1.0))
+    if code == ASYMMETRIC_POWER:
+        if f >= 1.0:
+            return y * f ** p[0]
+        return y * f ** p[1]
+    if code == BROKEN_POWER:
+        at_one = _broken_power_multiplier(1.0, p[0], p[1], p[2])
+        return y * (_broken_power_multiplier(f, p[0], p[1], p[2]) / at_one)
+    if code == DAMPED_OFFSET:
+        return y + p[0] * (abs(y) + p[2]) * math.tanh(p[1] * (f - 1.0))
+    if code == SHIFT:
+        return y + p[0] * math.tanh(p[1] * (f - 1.0)) + p[2] * (f - 1.0)
+    if code == CLIPPED_SHIFT:
+        return min(max(y + p[0] * math.tanh(p[1] * (f - 1.0)), p[2]), p[3])
+    if code == IDLE_DYNAMIC:
+        return y + (max(y - p[0], 0.0) + p[1]) * (f - 1.0)
+    if code == LOG_INCREASE:
+        return y + p[0] * (abs(y) + p[1]) * math.log(f)
+    return math.nan
+
+
+@numba.njit(**JIT_OPTIONS)
+def _effect_value(code: int, f: float, p: np.ndarray) -> float:
+    """Value of built-in secondary effect ``code`` at factor ``f`` (0 at f = 1)."""
+    if code == SIGNED_POWER:
+        d = f - 1.0
+        if d >= 0.0:
+            return d ** p[0]
+        return -((-d) ** p[0])
+    if code == RATIO:
+        return (f - 1.0) / (f + 1.0)
+    if code == LOG:
+        return math.log(f)
+    if code == REDUCTION_ONLY:
+        if f >= 1.0:
+            return 0.0
+        return -((1.0 - f) ** p[0])
+    if code == SATURATING:
+        return math.tanh(p[0] * (f - 1.0))
+    if code == EXP_SATURATION:
+        return 1.0 - math.exp(-p[0] * (f - 1.0))
+    return math.nan
+
+
+@numba.njit(**JIT_OPTIONS)
+def _effect_term(combination: int, weight: float, r: float) -> float:
+    """One secondary's term: ``1 + w r`` in a product, ``w r`` in a sum."""
+    if combination == MULTIPLICATIVE:
+        return 1.0 + weight * r
+    return weight * r
+
+
+@numba.njit(**JIT_OPTIONS)
+def _accumulate(combination: int, acc: float, term: float) -> float:
+    """Fold one secondary's term into the running product or sum (in covariate order)."""
+    if combination == MULTIPLICATIVE:
+        return acc * term
+    return acc + term
+
+
+@numba.njit(**JIT_OPTIONS)
+def _combine(
+    combination: int, y: float, g: float, acc: float, level: float, lower: float, upper: float
+) -> float:
+    """Merge the primary value ``g`` with the secondaries' product or sum ``acc``.
+
+    Multiplicative: ``g * acc`` for ``g >= 0`` and ``g / acc`` below zero, so a larger product
+    always raises the target. Additive: ``g + (|y| + level) * acc``. Then clip to the window.
+    """
+    if combination == MULTIPLICATIVE:
+        value = g * acc if g >= 0.0 else g / acc
+    else:
+        value = g + (abs(y) + level) * acc
+    return min(max(value, lower), upper)
+
+
+@numba.njit(**JIT_OPTIONS)
+def _evaluate_kernel(
+    y: np.ndarray,
+    factors: np.ndarray,
+    primary_code: int,
+    primary_params: np.ndarray,
+    effect_codes: np.ndarray,
+    effect_params: np.ndarray,
+    weights: np.ndarray,
+    combination: int,
+    level: float,
+    lower: float,
+    upper: float,
+    out: np.ndarray,
+) -> None:
+    """Target for baseline ``y`` (T,) under per-timestep factors (K, T); row 0 is the primary."""
+    n_covariates = factors.shape[0]
+    neutral = 1.0 if combination == MULTIPLICATIVE else 0.0
+    for t in range(y.shape[0]):
+        g = _primary_value(primary_code, y[t], factors[0, t], primary_params)
+        acc = neutral
+        for c in range(1, n_covariates):
+            r = _effect_value(effect_codes[c], factors[c, t], effect_params[c])
+            acc = _accumulate(combination, acc, _effect_term(combination, weights[c], r))
+        out[t] = _combine(combination, y[t], g, acc, level, lower, upper)
+
+
+@numba.njit(**JIT_OPTIONS)
+def _fill_bell_profile(length: int, buffer: np.ndarray) -> None:
+    """Write the bell weights of an event of ``length`` steps into ``buffer[:length]``."""
+    centre = (length - 1) / 2.0
+    sigma = length / 6.0
+    for t in range(length):
+        z = (t - centre) / sigma
+        buffer[t] = math.exp(-0.5 * z * z)
+
+
+@numba.njit(**JIT_OPTIONS)
+def _apply_events_kernel(
+    y: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    event_factors: np.ndarray,
+    shape_codes: np.ndarray,
+    primary_code: int,
+    primary_params: np.ndarray,
+    effect_codes: np.ndarray,
+    effect_params: np.ndarray,
+    weights: np.ndarray,
+    combination: int,
+    level: float,
+    lower: float,
+    upper: float,
+    out: np.ndarray,
+) -> None:
+    """Target under non-overlapping events; untouched steps are copied, not recomputed.
+
+    ``event_factors`` is (E, K); ``shape_codes`` (K,). Step-shaped secondaries are evaluated
+    once per event, bell-shaped ones per timestep.
+    """
+    out[:] = y
+    n_covariates = event_factors.shape[1]
+    neutral = 1.0 if combination == MULTIPLICATIVE else 0.0
+    max_length = 0
+    for e in range(starts.shape[0]):
+        max_length = max(max_length, lengths[e])
+    profile = np.empty(max_length)
+    profile_length = -1
+    has_bell = False
+    for c in range(n_covariates):
+        if shape_codes[c] == BELL:
+            has_bell = True
+    step_terms = np.empty(n_covariates)
+    for e in range(starts.shape[0]):
+        length = lengths[e]
+        if has_bell and length != profile_length:
+            _fill_bell_profile(length, profile)
+            profile_length = length
+        for c in range(1, n_covariates):
+            if shape_codes[c] == STEP:
+                r = _effect_value(effect_codes[c], event_factors[e, c], effect_params[c])
+                step_terms[c] = _effect_term(combination, weights[c], r)
+        primary_factor = event_factors[e, 0]
+        primary_is_bell = shape_codes[0] == BELL
+        start = starts[e]
+        for t in range(length):
+            index = start + t
+            fp = 1.0 + (primary_factor - 1.0) * profile[t] if primary_is_bell else primary_factor
+            g = _primary_value(primary_code, y[index], fp, primary_params)
+            acc = neutral
+            for c in range(1, n_covariates):
+                if shape_codes[c] == STEP:
+                    term = step_terms[c]
+                else:
+                    fc = 1.0 + (event_factors[e, c] - 1.0) * profile[t]
+                    r = _effect_value(effect_codes[c], fc, effect_params[c])
+                    term = _effect_term(combination, weights[c], r)
+                acc = _accumulate(combination, acc, term)
+            out[index] = _combine(combination, y[index], g, acc, level, lower, upper)
+
+
+@numba.njit(**JIT_OPTIONS)
+def _trajectories_kernel(
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    event_factors: np.ndarray,
+    shape_codes: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """Factor trajectories (K, T) of every covariate: 1 outside events, shaped inside."""
+    out[:, :] = 1.0
+    max_length = 0
+    for e in range(starts.shape[0]):
+        max_length = max(max_length, lengths[e])
+    profile = np.empty(max_length)
+    for e in range(starts.shape[0]):
+        length = lengths[e]
+        _fill_bell_profile(length, profile)
+        for c in range(event_factors.shape[1]):
+            factor = event_factors[e, c]
+            for t in range(length):
+                if shape_codes[c] == BELL:
+                    out[c, starts[e] + t] = 1.0 + (factor - 1.0) * profile[t]
+                else:
+                    out[c, starts[e] + t] = factor

@@ -1,0 +1,292 @@
+"""The public relationship API: one resolved ``Relationship`` per target.
+
+A relationship maps a baseline series and covariate factors to the target under intervention:
+``y' = combine(g_p(y, f_p), secondaries)`` (SPEC §3). ``evaluate`` takes factor trajectories or
+constants; ``apply_events`` takes an ``EventSchedule`` and touches only the event windows.
+Both run numba kernels; ``evaluate_reference`` is the plain-numpy equivalent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from whatif_bench.errors import RelationshipError
+from whatif_bench.relationships import _kernels as k
+from whatif_bench.relationships import reference as ref
+from whatif_bench.relationships.dispatch import current_kernels
+from whatif_bench.relationships.forms import MAX_PARAMS, FormDefinition
+from whatif_bench.relationships.shapes import shape_code
+
+_COMBINATION_CODES = {"multiplicative": k.MULTIPLICATIVE, "additive": k.ADDITIVE}
+
+
+@dataclass(frozen=True)
+class EventSchedule:
+    """Non-overlapping events: ``starts`` (E,), ``lengths`` (E,), ``factors`` (E, K).
+
+    Column ``c`` of ``factors`` belongs to the relationship's ``c``-th covariate (0 = primary).
+    """
+
+    starts: np.ndarray
+    lengths: np.ndarray
+    factors: np.ndarray
+
+    def __post_init__(self) -> None:
+        starts = np.ascontiguousarray(self.starts, dtype=np.int64).reshape(-1)
+        lengths = np.ascontiguousarray(self.lengths, dtype=np.int64).reshape(-1)
+        factors = np.ascontiguousarray(self.factors, dtype=np.float64)
+        if factors.ndim == 1:
+            factors = factors.reshape(-1, 1)
+        if not (starts.shape[0] == lengths.shape[0] == factors.shape[0]):
+            raise RelationshipError(
+                f"event schedule: {starts.shape[0]} starts, {lengths.shape[0]} lengths and "
+                f"{factors.shape[0]} factor rows must match"
+            )
+        if np.any(lengths < 1):
+            raise RelationshipError("event schedule: every event length must be >= 1")
+        if np.any(starts < 0):
+            raise RelationshipError("event schedule: event starts must be >= 0")
+        if starts.size > 1 and np.any(starts[1:] < starts[:-1] + lengths[:-1]):
+            raise RelationshipError("event schedule: events must be sorted and must not overlap")
+        if not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+            raise RelationshipError("event schedule: factors must be finite and > 0")
+        object.__setattr__(self, "starts", starts)
+        object.__setattr__(self, "lengths", lengths)
+        object.__setattr__(self, "factors", factors)
+
+    @property
+    def n_covariates(self) -> int:
+        return int(self.factors.shape[1])
+
+    def end(self) -> int:
+        """One past the last step any event touches (0 without events)."""
+        return int((self.starts + self.lengths).max()) if self.starts.size else 0
+
+
+@dataclass(frozen=True)
+class CovariateInfo:
+    """One covariate as it acts on one target."""
+
+    name: str
+    shape: str
+    base_value: float
+    unit: str
+    direction: str
+    effect: FormDefinition
+    effect_params: Mapping[str, float]
+    weight: float  # secondary weight w_c (unused for the primary)
+    group: str
+    description: str
+
+    @property
+    def sign(self) -> float:
+        """+1 when the target rises with the factor, -1 when it falls."""
+        return 1.0 if self.direction == "direct" else -1.0
+
+
+@dataclass(frozen=True)
+class Relationship:
+    """The exact covariate -> target relationship of one target (immutable, picklable)."""
+
+    simulator: str
+    target: str
+    unit: str
+    target_class: str
+    combination: str
+    form: FormDefinition
+    params: Mapping[str, float]
+    covariates: tuple[CovariateInfo, ...]
+    level: float
+    window: tuple[float, float]
+    typical_range: tuple[float, float]
+    dampening: float
+    history_pool: tuple[float, ...]
+    only_increase: bool
+    rationale: str
+    class_rationale: str
+    _packed: dict = field(default_factory=dict, repr=False, compare=False)
+
+    # ---- descriptive ------------------------------------------------------------------
+    @property
+    def primary(self) -> str:
+        return self.covariates[0].name
+
+    @property
+    def covariate_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.covariates)
+
+    @property
+    def max_k(self) -> int:
+        return len(self.covariates)
+
+    def covariate(self, name: str) -> CovariateInfo:
+        for info in self.covariates:
+            if info.name == name:
+                return info
+        raise RelationshipError(
+            f"covariate {name!r} does not act on {self.simulator}/{self.target}; "
+            f"its covariates are {list(self.covariate_names)}"
+        )
+
+    def dampening_factor(self, k_covariates: int) -> float:
+        """Joint dampening ``s(K) = K ** -dampening`` applied to every secondary effect."""
+        return float(k_covariates) ** -self.dampening
+
+    def is_state(self) -> bool:
+        """True for targets kept inside a finite window (on/off indicators)."""
+        return np.isfinite(self.window[0]) and np.isfinite(self.window[1])
+
+    @cached_property
+    def primary_params(self) -> np.ndarray:
+        return self.form.pack(self.params)
+
+    # ---- kernels' arguments -----------------------------------------------------------
+    def _check_k(self, k_covariates: int) -> int:
+        k_covariates = int(k_covariates)
+        if not 1 <= k_covariates <= self.max_k:
+            raise RelationshipError(
+                f"{self.simulator}/{self.target}: K must be in 1..{self.max_k}, got {k_covariates}"
+            )
+        return k_covariates
+
+    def kernel_arguments(self, k_covariates: int) -> tuple:
+        """Contiguous arrays describing the first ``k_covariates`` covariates for the kernels."""
+        k_covariates = self._check_k(k_covariates)
+        if k_covariates not in self._packed:
+            active = self.covariates[:k_covariates]
+            codes = np.array([c.effect.code for c in active], dtype=np.int64)
+            params = np.zeros((k_covariates, MAX_PARAMS), dtype=np.float64)
+            weights = np.zeros(k_covariates, dtype=np.float64)
+            s = self.dampening_factor(k_covariates)
+            for i, info in enumerate(active):
+                params[i] = info.effect.pack(info.effect_params)
+                if i > 0:
+                    weights[i] = info.sign * s * info.weight
+            shapes = np.array([shape_code(c.shape) for c in active], dtype=np.int64)
+            self._packed[k_covariates] = (codes, params, weights, shapes)
+        return self._packed[k_covariates]
+
+    def _tail(self) -> tuple:
+        return (_COMBINATION_CODES[self.combination], self.level, *self.window)
+
+    # ---- evaluation -------------------------------------------------------------------
+    def factor_matrix(
+        self, n_steps: int, factors: Mapping[str, float | np.ndarray], k_covariates: int | None = None
+    ) -> np.ndarray:
+        """(K, T) factor trajectories from named constants or arrays; unnamed covariates stay 1.
+
+        ``K`` defaults to the position of the last named covariate (at least 1).
+        """
+        positions = {name: i for i, name in enumerate(self.covariate_names)}
+        for name in factors:
+            if name not in positions:
+                self.covariate(name)  # raises with the list of valid covariates
+        if k_covariates is None:
+            k_covariates = max([positions[n] + 1 for n in factors] or [1])
+        k_covariates = self._check_k(k_covariates)
+        matrix = np.ones((k_covariates, n_steps), dtype=np.float64)
+        for name, value in factors.items():
+            index = positions[name]
+            if index >= k_covariates:
+                raise RelationshipError(
+                    f"covariate {name!r} is number {index + 1} of {self.target}; K={k_covariates} excludes it"
+                )
+            matrix[index] = np.broadcast_to(np.asarray(value, dtype=np.float64), (n_steps,))
+        if not np.all(np.isfinite(matrix)) or np.any(matrix <= 0):
+            raise RelationshipError("factors must be finite and > 0")
+        return matrix
+
+    def evaluate(
+        self,
+        y: np.ndarray,
+        factors: Mapping[str, float | np.ndarray] | np.ndarray,
+        k_covariates: int | None = None,
+    ) -> np.ndarray:
+        """Target values for baseline ``y`` (T,) under ``factors`` (named, or a (K, T) array)."""
+        y = _as_series(y)
+        matrix = (
+            np.ascontiguousarray(factors, dtype=np.float64)
+            if isinstance(factors, np.ndarray)
+            else self.factor_matrix(y.shape[0], factors, k_covariates)
+        )
+        if matrix.ndim != 2 or matrix.shape[1] != y.shape[0]:
+            raise RelationshipError(f"factor array must be (K, {y.shape[0]}), got {matrix.shape}")
+        codes, params, weights, _ = self.kernel_arguments(matrix.shape[0])
+        out = np.empty_like(y)
+        current_kernels().evaluate(
+            y, matrix, self.form.code, self.primary_params, codes, params, weights, *self._tail(), out
+        )
+        return out
+
+    def evaluate_reference(self, y: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+        """Plain-numpy equivalent of ``evaluate`` for a (K, T) factor array (tests, benchmarks)."""
+        y = np.asarray(y, dtype=np.float64)
+        matrix = np.asarray(matrix, dtype=np.float64)
+        s = self.dampening_factor(matrix.shape[0])
+        g = self.form.evaluate_reference(y, matrix[0], params=self.primary_params)
+        terms = []
+        for info, row in zip(self.covariates[1 : matrix.shape[0]], matrix[1:], strict=True):
+            r = info.effect.evaluate_reference(row, params=info.effect.pack(info.effect_params))
+            terms.append(info.sign * s * info.weight * r)
+        return ref.combine(self.combination, y, g, terms, self.level, *self.window)
+
+    def apply_events(self, y: np.ndarray, schedule: EventSchedule) -> np.ndarray:
+        """Target under the scheduled events; steps outside every event equal ``y`` exactly."""
+        y = _as_series(y)
+        self._check_schedule(schedule, y.shape[0])
+        codes, params, weights, shapes = self.kernel_arguments(schedule.n_covariates)
+        out = np.empty_like(y)
+        current_kernels().apply_events(
+            y, schedule.starts, schedule.lengths, schedule.factors, shapes,
+            self.form.code, self.primary_params, codes, params, weights, *self._tail(), out,
+        )
+        return out
+
+    def factor_trajectories(self, n_steps: int, schedule: EventSchedule) -> np.ndarray:
+        """(K, T) factor trajectories of the scheduled events, shaped per covariate."""
+        self._check_schedule(schedule, n_steps)
+        *_, shapes = self.kernel_arguments(schedule.n_covariates)
+        out = np.empty((schedule.n_covariates, n_steps), dtype=np.float64)
+        current_kernels().trajectories(schedule.starts, schedule.lengths, schedule.factors, shapes, out)
+        return out
+
+    def covariate_values(self, n_steps: int, schedule: EventSchedule) -> np.ndarray:
+        """(K, T) covariates in their physical units: ``base_value * factor(t)``."""
+        bases = np.array([c.base_value for c in self.covariates[: schedule.n_covariates]])
+        return self.factor_trajectories(n_steps, schedule) * bases[:, None]
+
+    def _check_schedule(self, schedule: EventSchedule, n_steps: int) -> None:
+        self._check_k(schedule.n_covariates)
+        if schedule.end() > n_steps:
+            raise RelationshipError(
+                f"event schedule reaches step {schedule.end()} but the series has {n_steps} steps"
+            )
+
+    # ---- machine-readable summary ------------------------------------------------------
+    def summary(self) -> dict:
+        """The stable JSON description used by ``whatif relationships list --json``."""
+        return {
+            "simulator": self.simulator,
+            "target": self.target,
+            "primary": self.primary,
+            "covariates": list(self.covariate_names),
+            "combination": self.combination,
+            "direction": {c.name: c.direction for c in self.covariates},
+            "shape": {c.name: c.shape for c in self.covariates},
+            "base_value": {c.name: c.base_value for c in self.covariates},
+        }
+
+
+def _as_series(y: np.ndarray) -> np.ndarray:
+    array = np.ascontiguousarray(y, dtype=np.float64)
+    if array.ndim != 1:
+        raise RelationshipError(f"baseline must be one-dimensional, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        bad = int(np.flatnonzero(~np.isfinite(array))[0])
+        raise RelationshipError(f"baseline has a non-finite value at step {bad}: {array[bad]}")
+    return array
+

@@ -1,0 +1,418 @@
+"""Relationship spec files (TOML) parsed into validated, immutable spec objects.
+
+A spec file describes one simulator: its ordered covariates, its target classes (combination
+rule, directions, secondary weights) and its targets (primary covariate, form, constants).
+Parsing never evaluates code. Every error is a ``SpecError`` naming file, entry and field.
+See ``docs/AUTHORING.md`` for the format.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whatif_bench.errors import SpecError
+from whatif_bench.relationships.forms import EFFECTS, FORMS
+from whatif_bench.relationships.shapes import SHAPE_CODES
+
+DIRECTIONS = ("direct", "inverse")
+COMBINATIONS = ("multiplicative", "additive")
+MAX_COVARIATES_PER_TASK = 5
+
+
+@dataclass(frozen=True)
+class CovariateSpec:
+    """A covariate: its event shape, base value (physical unit) and secondary effect shape."""
+
+    name: str
+    shape: str
+    base_value: float
+    unit: str
+    effect: str
+    effect_params: Mapping[str, float]
+    weight: float | None
+    group: str
+    description: str
+
+
+@dataclass(frozen=True)
+class TargetClassSpec:
+    """Rules shared by a class of targets: combination, directions, weights, value window."""
+
+    name: str
+    combination: str
+    level: float
+    window: tuple[float, float]
+    typical_range: tuple[float, float]
+    directions: Mapping[str, str]
+    weights: Mapping[str, float]
+    rationale: str
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """One target: its class, unit, primary covariate and primary form with constants."""
+
+    name: str
+    target_class: str
+    unit: str
+    primary: str
+    form: str
+    params: Mapping[str, float]
+    directions: Mapping[str, str]
+    weights: Mapping[str, float]
+    rationale: str
+
+
+@dataclass(frozen=True)
+class SimulatorSpec:
+    """Everything one spec file declares about one simulator."""
+
+    name: str
+    title: str
+    source: str
+    extends: bool
+    dampening: float
+    history_pool: tuple[float, ...]
+    only_increase: bool
+    covariates: tuple[CovariateSpec, ...]
+    classes: Mapping[str, TargetClassSpec]
+    targets: tuple[TargetSpec, ...]
+
+
+class _Table:
+    """A TOML table read field by field; unknown or missing fields raise ``SpecError``."""
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, dict):
+            raise SpecError(f"{where}: expected a table, got {type(data).__name__}")
+        self.data = data
+        self.where = where
+        self.used: set[str] = set()
+
+    def error(self, field: str, message: str) -> SpecError:
+        return SpecError(f"{self.where}: field {field!r}: {message}")
+
+    def get(self, field: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        self.used.add(field)
+        if field not in self.data:
+            if default is ...:
+                raise self.error(field, "is required")
+            return default
+        value = self.data[field]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) and kind is not bool:
+            raise self.error(field, f"expected {_kind_name(kind)}, got a boolean")
+        if not isinstance(value, kind):
+            raise self.error(field, f"expected {_kind_name(kind)}, got {type(value).__name__}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.error(field, f"must be finite, got {value}")
+        return value
+
+    def number(self, field: str, default: Any = ..., lower: float = -math.inf) -> float:
+        value = self.get(field, float, default)
+        if value is not None and value < lower:
+            raise self.error(field, f"must be >= {lower}, got {value}")
+        return value
+
+    def pair(self, field: str, default: Any = ...) -> tuple[float, float]:
+        value = self.get(field, list, default)
+        if value is default and not isinstance(default, list):
+            return value
+        if (
+            len(value) != 2
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+            or not value[0] < value[1]
+        ):
+            raise self.error(field, f"expected [lower, upper] with lower < upper, got {value!r}")
+        return float(value[0]), float(value[1])
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise SpecError(f"{self.where}: unknown field(s) {unknown}")
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "a string", float: "a number", bool: "true/false", list: "a list", dict: "a table"}
+    return names.get(kind, getattr(kind, "__name__", str(kind)))  # type: ignore[arg-type]
+
+
+def _number_map(table: _Table, field: str, lower: float) -> dict[str, float]:
+    raw = table.get(field, dict, {})
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise table.error(field, f"entry {key!r} must be a finite number, got {value!r}")
+        if value < lower:
+            raise table.error(field, f"entry {key!r} must be >= {lower}, got {value}")
+        out[key] = float(value)
+    return out
+
+
+def _direction_map(table: _Table, field: str) -> dict[str, str]:
+    raw = table.get(field, dict, {})
+    for key, value in raw.items():
+        if value not in DIRECTIONS:
+            raise table.error(field, f"entry {key!r} must be one of {list(DIRECTIONS)}, got {value!r}")
+    return dict(raw)
+
+
+def _check_form(table: _Table, field: str, name: str, params: Mapping[str, float], kind: str) -> None:
+    library = FORMS if kind == "primary" else EFFECTS
+    if name not in library:
+        raise table.error(field, f"unknown {kind} form {name!r} (known: {sorted(library)})")
+    try:
+        library[name].pack(params)
+    except ValueError as exc:
+        raise table.error(field, str(exc)) from None
+
+
+def _parse_covariate(raw: Any, where: str) -> CovariateSpec:
+    table = _Table(raw, where)
+    name = table.get("name", str)
+    table.where = f"{where.rsplit(':', 1)[0]}: covariate {name!r}"
+    shape = table.get("shape", str)
+    if shape not in SHAPE_CODES:
+        raise table.error("shape", f"must be one of {sorted(SHAPE_CODES)}, got {shape!r}")
+    base_value = table.number("base_value")
+    effect = table.get("effect", str)
+    effect_params = _number_map(table, "effect_params", -math.inf)
+    _check_form(table, "effect", effect, effect_params, "effect")
+    spec = CovariateSpec(
+        name=name,
+        shape=shape,
+        base_value=base_value,
+        unit=table.get("unit", str),
+        effect=effect,
+        effect_params=effect_params,
+        weight=table.number("weight", None, lower=0.0),
+        group=table.get("group", str, ""),
+        description=table.get("description", str),
+    )
+    table.finish()
+    return spec
+
+
+def _parse_class(name: str, raw: Any, where: str, covariates: set[str]) -> TargetClassSpec:
+    table = _Table(raw, f"{where}: class {name!r}")
+    combination = table.get("combination", str)
+    if combination not in COMBINATIONS:
+        raise table.error("combination", f"must be one of {list(COMBINATIONS)}, got {combination!r}")
+    directions = _direction_map(table, "directions")
+    weights = _number_map(table, "weights", 0.0)
+    for field, mapping in (("directions", directions), ("weights", weights)):
+        unknown = sorted(set(mapping) - covariates)
+        if unknown:
+            raise table.error(field, f"unknown covariate(s) {unknown}")
+    spec = TargetClassSpec(
+        name=name,
+        combination=combination,
+        level=table.number("level", 0.0, lower=0.0),
+        window=table.pair("window", (-math.inf, math.inf)),
+        typical_range=table.pair("typical_range"),
+        directions=directions,
+        weights=weights,
+        rationale=table.get("rationale", str),
+    )
+    table.finish()
+    return spec
+
+
+def _parse_target(raw: Any, where: str) -> tuple[TargetSpec, _Table]:
+    table = _Table(raw, where)
+    name = table.get("name", str)
+    table.where = f"{where.rsplit(':', 1)[0]}: target {name!r}"
+    form = table.get("form", str)
+    params = _number_map(table, "params", -math.inf)
+    _check_form(table, "form", form, params, "primary")
+    spec = TargetSpec(
+        name=name,
+        target_class=table.get("class", str),
+        unit=table.get("unit", str),
+        primary=table.get("primary", str),
+        form=form,
+        params=params,
+        directions=_direction_map(table, "directions"),
+        weights=_number_map(table, "weights", 0.0),
+        rationale=table.get("rationale", str),
+    )
+    table.finish()
+    return spec, table
+
+
+def covariates_for(primary: str, order: tuple[str, ...]) -> tuple[str, ...]:
+    """The ordered covariates of a target: its primary, then the first others of ``order``."""
+    others = [name for name in order if name != primary]
+    return (primary, *others[: MAX_COVARIATES_PER_TASK - 1])
+
+
+def parse_spec(text: str, source: str, base: SimulatorSpec | None = None) -> SimulatorSpec:
+    """Parse and validate one spec file's text; ``base`` is the simulator it extends, if any."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{source}: not valid TOML: {exc}") from None
+    top = _Table(document, source)
+    header = _Table(top.get("simulator", dict), f"{source}: [simulator]")
+    name = header.get("name", str)
+    extends = header.get("extends", bool, False)
+    if extends and base is None:
+        raise header.error("extends", f"no simulator named {name!r} is loaded to extend")
+    if not extends and base is not None:
+        raise header.error("name", f"simulator {name!r} already exists; set extends = true to add to it")
+
+    if extends:
+        assert base is not None
+        for field in ("title", "dampening", "history_pool", "only_increase"):
+            if field in header.data:
+                raise header.error(field, "cannot be changed by a file that extends a simulator")
+        if "covariates" in document:
+            raise SpecError(f"{source}: a file that extends {name!r} cannot declare covariates")
+        title, dampening = base.title, base.dampening
+        history_pool, only_increase = base.history_pool, base.only_increase
+        covariates = base.covariates
+    else:
+        title = header.get("title", str)
+        dampening = header.number("dampening", 0.5, lower=0.0)
+        pool = header.get("history_pool", list)
+        if not pool or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and v > 0 and v != 1 for v in pool
+        ):
+            raise header.error("history_pool", f"must be a non-empty list of positive factors != 1, got {pool!r}")
+        history_pool = tuple(sorted(float(v) for v in pool))
+        only_increase = header.get("only_increase", bool, False)
+        if only_increase and min(history_pool) < 1:
+            raise header.error("history_pool", "a simulator whose targets only increase draws factors > 1 only")
+        raw_covariates = top.get("covariates", list)
+        covariates = tuple(
+            _parse_covariate(raw, f"{source}: covariates[{i}]") for i, raw in enumerate(raw_covariates)
+        )
+        if not covariates:
+            raise SpecError(f"{source}: declares no covariates")
+        seen: set[str] = set()
+        for covariate in covariates:
+            if covariate.name in seen:
+                raise SpecError(f"{source}: covariate {covariate.name!r} is declared twice")
+            seen.add(covariate.name)
+    header.finish()
+
+    covariate_names = {c.name for c in covariates}
+    order = tuple(c.name for c in covariates)
+    classes = {
+        key: _parse_class(key, value, source, covariate_names)
+        for key, value in top.get("classes", dict, {}).items()
+    }
+    if base is not None:
+        clash = sorted(set(classes) & set(base.classes))
+        if clash:
+            raise SpecError(f"{source}: class(es) {clash} already exist in simulator {name!r}")
+        classes = {**base.classes, **classes}
+
+    targets: list[TargetSpec] = list(base.targets) if base is not None else []
+    names = {t.name for t in targets}
+    for index, raw in enumerate(top.get("targets", list, [])):
+        target, table = _parse_target(raw, f"{source}: targets[{index}]")
+        if target.name in names:
+            raise SpecError(f"{table.where}: target is declared twice in simulator {name!r}")
+        names.add(target.name)
+        _check_target(target, table, classes, covariates, only_increase)
+        targets.append(target)
+    top.finish()
+    if not targets:
+        raise SpecError(f"{source}: declares no targets")
+    return SimulatorSpec(
+        name=name,
+        title=title,
+        source=source if base is None else f"{base.source}, {source}",
+        extends=extends,
+        dampening=dampening,
+        history_pool=history_pool,
+        only_increase=only_increase,
+        covariates=covariates,
+        classes=classes,
+        targets=tuple(targets),
+    )
+
+
+def _check_target(
+    target: TargetSpec,
+    table: _Table,
+    classes: Mapping[str, TargetClassSpec],
+    covariates: tuple[CovariateSpec, ...],
+    only_increase: bool,
+) -> None:
+    by_name = {c.name: c for c in covariates}
+    order = tuple(by_name)
+    if target.target_class not in classes:
+        raise table.error("class", f"unknown class {target.target_class!r} (known: {sorted(classes)})")
+    if target.primary not in by_name:
+        raise table.error("primary", f"unknown covariate {target.primary!r} (known: {list(order)})")
+    for field, mapping in (("directions", target.directions), ("weights", target.weights)):
+        unknown = sorted(set(mapping) - set(by_name))
+        if unknown:
+            raise table.error(field, f"unknown covariate(s) {unknown}")
+    target_class = classes[target.target_class]
+    acting = covariates_for(target.primary, order)
+    for name in acting:
+        if by_name[name].base_value == 0.0:
+            raise table.error(
+                "primary",
+                f"covariate {name!r} has base value 0, so a factor cannot change it; it must not act on a target",
+            )
+        direction = target.directions.get(name, target_class.directions.get(name))
+        if direction is None:
+            raise table.error(
+                "directions",
+                f"no direction for covariate {name!r} (set it here or in class {target_class.name!r})",
+            )
+        if only_increase and direction != "direct":
+            raise table.error(
+                "directions",
+                f"covariate {name!r}: this simulator's targets only increase, so every direction is 'direct'",
+            )
+    for name in acting[1:]:
+        if secondary_weight(name, target, target_class, by_name[name]) is None:
+            raise table.error(
+                "weights",
+                f"no secondary weight for covariate {name!r} (set it here, in class "
+                f"{target_class.name!r} or on the covariate)",
+            )
+
+
+def secondary_weight(
+    name: str, target: TargetSpec, target_class: TargetClassSpec, covariate: CovariateSpec
+) -> float | None:
+    """A secondary's weight: the target's value, else its class's, else the covariate's own."""
+    if name in target.weights:
+        return target.weights[name]
+    if name in target_class.weights:
+        return target_class.weights[name]
+    return covariate.weight
+
+
+def load_spec_file(path: str | Path, base: SimulatorSpec | None = None) -> SimulatorSpec:
+    """Read and parse one spec file from disk."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read spec file: {exc.strerror}") from None
+    return parse_spec(text, str(path), base)
+
+
+def peek_simulator_name(text: str, source: str) -> str:
+    """The simulator a spec file is about, read without validating the rest."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{source}: not valid TOML: {exc}") from None
+    header = document.get("simulator")
+    if not isinstance(header, dict) or not isinstance(header.get("name"), str):
+        raise SpecError(f"{source}: [simulator]: field 'name': is required")
+    return header["name"]

@@ -15,7 +15,7 @@ import math
 import numba
 import numpy as np
 
-JIT_OPTIONS = {"nopython": True, "cache": True, "fastmath": False, "error_model": "numpy"}
+JIT_OPTIONS = {"cache": True, "fastmath": False, "error_model": "numpy"}
 CUSTOM_CODE_BASE = 100
 
 MULTIPLICATIVE = 0

@@ -222,6 +222,22 @@ class Relationship:
         )
         return out
 
+    def evaluate_grid(
+        self,
+        y: np.ndarray,
+        factor_lists: Mapping[str, list[float] | np.ndarray],
+        n_rows: int,
+        k_covariates: int | None = None,
+    ) -> np.ndarray:
+        """(n_rows, len(y)): row ``i`` holds the target for every ``y`` under the ``i``-th factors."""
+        y = _as_series(y)
+        columns = {
+            name: np.repeat(np.asarray(values, dtype=np.float64), y.shape[0])
+            for name, values in factor_lists.items()
+        }
+        tiled = np.tile(y, n_rows)
+        return self.evaluate(tiled, columns, k_covariates).reshape(n_rows, y.shape[0])
+
     def evaluate_reference(self, y: np.ndarray, matrix: np.ndarray) -> np.ndarray:
         """Plain-numpy equivalent of ``evaluate`` for a (K, T) factor array (tests, benchmarks)."""
         y = np.asarray(y, dtype=np.float64)

@@ -1,0 +1,154 @@
+"""Rule checks of SPEC §3 on every relationship, shared by the tests and ``relationships check``.
+
+Rules: finite everywhere; the identity when every factor is 1; monotone in each covariate's
+declared direction over every factor an event can draw (history pools and Novel ranges),
+whatever the other covariates do; targets of ``only_increase`` simulators never fall below the
+baseline; windowed (state) targets stay inside their window; multiplicative secondary terms
+stay positive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from whatif_bench.relationships.engine import Relationship
+from whatif_bench.relationships.ranges import factor_bounds, factor_grid
+from whatif_bench.relationships.registry import Registry
+
+_TOLERANCE = 1e-12  # relative slack for "non-decreasing" comparisons of float results
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule, named for a human and for machines."""
+
+    simulator: str
+    target: str
+    rule: str
+    message: str
+
+
+@dataclass
+class CheckReport:
+    """Every violation found, and how many relationships were checked."""
+
+    checked: int = 0
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def as_dict(self) -> dict:
+        return {
+            "checked": self.checked,
+            "ok": self.ok,
+            "violations": [v.__dict__ for v in self.violations],
+        }
+
+    def format(self) -> str:
+        lines = [f"{v.simulator}/{v.target}: [{v.rule}] {v.message}" for v in self.violations]
+        verdict = "all rules hold" if self.ok else f"{len(self.violations)} violation(s)"
+        lines.append(f"checked {self.checked} relationship(s): {verdict}")
+        return "\n".join(lines)
+
+
+def sample_baselines(relationship: Relationship, count: int = 7) -> np.ndarray:
+    """Baseline values spread over the target's typical range (both ends included)."""
+    low, high = relationship.typical_range
+    return np.linspace(low, high, count)
+
+
+def _contexts(relationship: Relationship, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Factor settings (n, K) for the covariates held fixed while one is swept."""
+    low, high = factor_bounds(relationship.history_pool)
+    signs = np.array([c.sign for c in relationship.covariates[:k]])
+    up = np.where(signs > 0, high, low)
+    down = np.where(signs > 0, low, high)
+    pool = np.asarray(relationship.history_pool)
+    rows = [np.ones(k), up, down]
+    for _ in range(4):
+        rows.append(rng.choice(pool, size=k))
+    return np.array(rows)
+
+
+def check_relationship(relationship: Relationship, seed: int = 0) -> list[Violation]:
+    """All rule violations of one relationship, at every K from 1 to its number of covariates."""
+    found: list[Violation] = []
+
+    def report(rule: str, message: str) -> None:
+        if not any(v.rule == rule for v in found):  # the first instance of each rule is enough
+            found.append(Violation(relationship.simulator, relationship.target, rule, message))
+
+    rng = np.random.default_rng(seed)
+    y = sample_baselines(relationship)
+    grid = factor_grid(relationship.history_pool)
+    for k in range(1, relationship.max_k + 1):
+        identity = relationship.evaluate(y, np.ones((k, y.size)))
+        if not np.array_equal(identity, y):
+            worst = int(np.argmax(np.abs(identity - y)))
+            report("identity", f"K={k}: y={y[worst]} gives {identity[worst]} with every factor at 1")
+        contexts = _contexts(relationship, k, rng)
+        for index, info in enumerate(relationship.covariates[:k]):
+            # shape (contexts, grid, y): sweep covariate `index` over the grid
+            n_ctx, n_grid, n_y = contexts.shape[0], grid.size, y.size
+            matrix = np.repeat(contexts[:, :, None, None], n_grid, axis=2)
+            matrix = np.repeat(matrix, n_y, axis=3)
+            matrix[:, index] = grid[None, :, None]
+            flat = np.moveaxis(matrix, 1, 0).reshape(k, -1)
+            baseline = np.tile(y, n_ctx * n_grid)
+            values = relationship.evaluate(baseline, flat).reshape(n_ctx, n_grid, n_y)
+            label = f"K={k}, covariate {info.name!r}"
+            if not np.all(np.isfinite(values)):
+                report("finite", f"{label}: non-finite target for factors in [{grid[0]:.3g}, {grid[-1]:.3g}]")
+                continue
+            steps = np.diff(values, axis=1) * info.sign
+            scale = np.maximum(np.abs(values[:, :-1]), np.abs(values[:, 1:])) + 1e-300
+            if np.any(steps < -_TOLERANCE * scale):
+                c, g, j = np.argwhere(steps < -_TOLERANCE * scale)[0]
+                report(
+                    "monotone",
+                    f"{label} ({info.direction}): target moves the wrong way between f={grid[g]:.4g} "
+                    f"and f={grid[g + 1]:.4g} at y={y[j]:.4g} (others at {contexts[c].round(3).tolist()})",
+                )
+            if index == 0 and k == 1 and np.all(np.abs(values[0] - values[0, :1]) <= _TOLERANCE * np.abs(values[0])):
+                report("moves", f"the primary covariate {info.name!r} never changes the target")
+            if relationship.only_increase:
+                rising = grid >= 1.0
+                below = values[:, rising, :] < baseline.reshape(n_ctx, n_grid, n_y)[:, rising, :]
+                if np.any(below & (contexts.min(axis=1) >= 1.0)[:, None, None]):
+                    report("only_increase", f"{label}: a factor >= 1 lowers the target below its baseline")
+            if relationship.is_state():
+                low, high = relationship.window
+                if np.any(values < low) or np.any(values > high):
+                    report("window", f"{label}: values leave the window [{low}, {high}]")
+        if relationship.combination == "multiplicative" and k > 1:
+            _check_positive_terms(relationship, k, grid, report)
+    return found
+
+
+def _check_positive_terms(relationship: Relationship, k: int, grid: np.ndarray, report) -> None:
+    s = relationship.dampening_factor(k)
+    for info in relationship.covariates[1:k]:
+        r = info.effect.evaluate_reference(grid, params=info.effect.pack(info.effect_params))
+        term = 1.0 + info.sign * s * info.weight * r
+        if np.any(term <= 0):
+            bad = grid[int(np.argmin(term))]
+            report("positive_term", f"K={k}: secondary {info.name!r} makes its factor 1 + s·w·r <= 0 at f={bad:.4g}")
+
+
+def check_registry(
+    registry: Registry, only: Iterable[tuple[str, str]] | None = None, seed: int = 0
+) -> CheckReport:
+    """Check every relationship (or only the given (simulator, target) pairs)."""
+    wanted = set(only) if only is not None else None
+    report = CheckReport()
+    for relationship in registry:
+        if wanted is not None and (relationship.simulator, relationship.target) not in wanted:
+            continue
+        report.checked += 1
+        report.violations.extend(check_relationship(relationship, seed=seed))
+    return report

@@ -1,0 +1,161 @@
+"""``whatif relationships ...``: list, eval, check and doc sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from whatif_bench.errors import RelationshipError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+
+    def with_specs(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--spec", action="append", default=[], metavar="FILE",
+                       help="extra spec file to load after the shipped ones (repeatable)")
+        p.add_argument("--forms", action="append", default=[], metavar="PY",
+                       help="Python file that registers user forms (executed; repeatable)")
+
+    listing = sub.add_parser("list", help="list targets and their covariates")
+    listing.add_argument("--simulator", help="only this simulator")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    with_specs(listing)
+    listing.set_defaults(handler=_list)
+
+    evaluate = sub.add_parser("eval", help="evaluate one target under constant factors")
+    evaluate.add_argument("--simulator", required=True)
+    evaluate.add_argument("--target", required=True)
+    evaluate.add_argument("--y", required=True, help="comma-separated baseline values")
+    evaluate.add_argument("--factor", action="append", default=[], metavar="COV=F1,F2,...",
+                          help="factors of one covariate, read in step with the other --factor lists")
+    evaluate.add_argument("--k", type=int, help="number of covariates K (default: last one named)")
+    evaluate.add_argument("--json", action="store_true", help="machine-readable output")
+    with_specs(evaluate)
+    evaluate.set_defaults(handler=_eval)
+
+    check = sub.add_parser("check", help="run the rule checks on a spec file (or on the shipped registry)")
+    check.add_argument("files", nargs="*", metavar="FILE", help="spec files to check (default: the shipped ones)")
+    check.add_argument("--forms", action="append", default=[], metavar="PY",
+                       help="Python file that registers user forms (executed; repeatable)")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.set_defaults(handler=_check)
+
+    doc = sub.add_parser("doc", help="write the Markdown reference of every relationship")
+    doc.add_argument("--out", default="docs/RELATIONSHIPS.md", help="output file, or - for stdout")
+    doc.set_defaults(handler=_doc)
+
+
+def _load(args: argparse.Namespace):
+    from whatif_bench.relationships.plugins import load_form_modules
+    from whatif_bench.relationships.registry import load_registry
+
+    load_form_modules(getattr(args, "forms", []))
+    return load_registry(getattr(args, "spec", []))
+
+
+def _list(args: argparse.Namespace) -> int:
+    registry = _load(args)
+    rows = [r.summary() for r in registry.relationships(args.simulator)]
+    if args.json:
+        json.dump(rows, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    for row in rows:
+        covariates = ", ".join(
+            f"{name} ({row['direction'][name]}, {row['shape'][name]})" for name in row["covariates"]
+        )
+        print(f"{row['simulator']:<9} {row['target']:<34} {row['combination']:<14} {covariates}")
+    return 0
+
+
+def _parse_numbers(text: str, what: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip() != ""]
+    except ValueError:
+        raise RelationshipError(f"{what}: expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise RelationshipError(f"{what}: no numbers given")
+    return values
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    registry = _load(args)
+    relationship = registry.get(args.simulator, args.target)
+    y = np.array(_parse_numbers(args.y, "--y"))
+    factor_lists: dict[str, list[float]] = {}
+    for item in args.factor:
+        name, sep, values = item.partition("=")
+        if not sep:
+            raise RelationshipError(f"--factor expects COV=F1,F2,..., got {item!r}")
+        relationship.covariate(name)  # unknown names raise with the valid list
+        if name in factor_lists:
+            raise RelationshipError(f"--factor given twice for {name!r}")
+        factor_lists[name] = _parse_numbers(values, f"--factor {name}")
+    lengths = {len(v) for v in factor_lists.values()}
+    if len(lengths) > 1:
+        raise RelationshipError(f"every --factor list must have the same length, got lengths {sorted(lengths)}")
+    n_rows = lengths.pop() if lengths else 1
+    values = relationship.evaluate_grid(y, factor_lists, n_rows, args.k)
+    if args.json:
+        json.dump({"values": values.tolist()}, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        for row in values:
+            print(" ".join(f"{v:.10g}" for v in row))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from whatif_bench.relationships.checks import check_registry
+    from whatif_bench.relationships.plugins import load_form_modules
+    from whatif_bench.relationships.registry import load_registry
+
+    load_form_modules(args.forms)
+    registry = load_registry(args.files) if args.files else load_registry()
+    wanted = None
+    if args.files:
+        wanted = _relationships_of_files(args.files)
+    report = check_registry(registry, only=wanted)
+    if args.json:
+        json.dump(report.as_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(report.format())
+    return 0 if report.ok else 1
+
+
+def _relationships_of_files(files: list[str]) -> set[tuple[str, str]]:
+    """(simulator, target) pairs declared by the given (already validated) spec files."""
+    import tomllib
+
+    from whatif_bench.relationships.spec import peek_simulator_name
+
+    wanted: set[tuple[str, str]] = set()
+    for path in files:
+        text = Path(path).read_text(encoding="utf-8")
+        simulator = peek_simulator_name(text, path)
+        targets = tomllib.loads(text).get("targets", [])
+        wanted |= {(simulator, t["name"]) for t in targets}
+    return wanted
+
+
+def _doc(args: argparse.Namespace) -> int:
+    from whatif_bench.relationships.docs import render_reference
+    from whatif_bench.relationships.registry import load_registry
+
+    text = render_reference(load_registry())
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+        print(f"wrote {out}")
+    return 0

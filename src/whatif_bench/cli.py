@@ -1,0 +1,53 @@
+"""The ``whatif`` command line: thin argument parsing over the package's Python API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from whatif_bench._version import __version__
+from whatif_bench.errors import WhatIfError
+
+
+def _relationships_parser(subparsers: argparse._SubParsersAction) -> None:
+    from whatif_bench.relationships import cli as rel_cli
+
+    parser = subparsers.add_parser("relationships", help="inspect, evaluate, check and document relationships")
+    rel_cli.add_arguments(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="whatif", description="WhatIf-Bench toolkit")
+    parser.add_argument("--version", action="version", version=f"whatif-bench {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _relationships_parser(subparsers)
+    generate = subparsers.add_parser("generate", help="regenerate the task corpus (not built yet)")
+    generate.set_defaults(handler=_not_built("generate", 4))
+    return parser
+
+
+def _not_built(command: str, issue: int):
+    def handler(args: argparse.Namespace) -> int:
+        print(f"whatif {command}: not implemented yet (tracked in issue {issue})", file=sys.stderr)
+        return 2
+
+    return handler
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``whatif`` script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except WhatIfError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

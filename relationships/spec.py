@@ -220,6 +220,8 @@ def _parse_class(name: str, raw: Any, where: str, covariates: set[str]) -> Targe
         weights=weights,
         rationale=table.get("rationale", str),
     )
+    if not (spec.window[0] <= spec.typical_range[0] and spec.typical_range[1] <= spec.window[1]):
+        raise table.error("typical_range", f"{list(spec.typical_range)} must lie inside the window {list(spec.window)}")
     table.finish()
     return spec
 

@@ -1,0 +1,36 @@
+"""Shared fixtures: the shipped registry (loaded once) and seeded random generators."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from whatif_bench.relationships import load_registry
+
+
+@pytest.fixture(scope="session")
+def registry():
+    return load_registry()
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20261129)
+
+
+def whatif_executable() -> list[str]:
+    """The installed ``whatif`` console script (falls back to ``python -m``)."""
+    script = shutil.which("whatif", path=os.path.dirname(sys.executable))
+    return [script] if script else [sys.executable, "-m", "whatif_bench.cli"]
+
+
+def run_whatif(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    """Run the real command line and capture its output."""
+    return subprocess.run(
+        [*whatif_executable(), *args], capture_output=True, text=True, check=check, timeout=300
+    )

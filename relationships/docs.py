@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from whatif_bench.relationships.forms import EFFECTS, FORMS, FormDefinition
+from whatif_bench.relationships.forms import (
+    BUILTIN_EFFECTS,
+    BUILTIN_FORMS,
+    EFFECTS,
+    FORMS,
+    FormDefinition,
+)
 from whatif_bench.relationships.ranges import factor_bounds
 from whatif_bench.relationships.registry import Registry
 
@@ -59,11 +65,18 @@ def _form_table(title: str, forms: dict[str, FormDefinition]) -> list[str]:
     return [*lines, ""]
 
 
+def _shown(library: dict[str, FormDefinition], names: set[str]) -> dict[str, FormDefinition]:
+    """Built-in forms and the user forms the registry uses (not every form ever registered)."""
+    return {name: form for name, form in library.items() if name in names}
+
+
 def render_reference(registry: Registry) -> str:
     """The whole reference as Markdown text (deterministic for a given registry)."""
+    used_forms = {r.form.name for r in registry}
+    used_effects = {c.effect.name for r in registry for c in r.covariates}
     lines = [_HEADER, "## Forms", ""]
-    lines += _form_table("Primary forms g(y, f)", FORMS)
-    lines += _form_table("Secondary effects r(f)", EFFECTS)
+    lines += _form_table("Primary forms g(y, f)", _shown(FORMS, BUILTIN_FORMS | used_forms))
+    lines += _form_table("Secondary effects r(f)", _shown(EFFECTS, BUILTIN_EFFECTS | used_effects))
     lines += ["## Simulators", ""]
     for name, spec in registry.simulators.items():
         relationships = registry.relationships(name)

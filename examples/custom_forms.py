@@ -13,7 +13,10 @@ from whatif_bench.relationships.forms import Param
 
 @register_form(
     "logistic_saturation",
-    params=[Param("gain", 0.0, 10.0, None, "largest relative rise"), Param("rate", 1e-9, 10.0, 1.0)],
+    params=[
+        Param("gain", 0.0, 10.0, None, "largest relative rise"),
+        Param("rate", 1e-9, 10.0, 1.0),
+    ],
     formula="y · (1 + gain·(2/(1 + exp(−rate·(f − 1))) − 1))",
     description="Rises along a logistic curve and saturates at (1 + gain)·y.",
 )

@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.ranges import factor_bounds, factor_grid
 from whatif_bench.relationships.registry import Registry
@@ -90,7 +89,9 @@ def check_relationship(relationship: Relationship, seed: int = 0) -> list[Violat
         identity = relationship.evaluate(y, np.ones((k, y.size)))
         if not np.array_equal(identity, y):
             worst = int(np.argmax(np.abs(identity - y)))
-            report("identity", f"K={k}: y={y[worst]} gives {identity[worst]} with every factor at 1")
+            report(
+                "identity", f"K={k}: y={y[worst]} gives {identity[worst]} with every factor at 1"
+            )
         contexts = _contexts(relationship, k, rng)
         for index, info in enumerate(relationship.covariates[:k]):
             # shape (contexts, grid, y): sweep covariate `index` over the grid
@@ -103,7 +104,10 @@ def check_relationship(relationship: Relationship, seed: int = 0) -> list[Violat
             values = relationship.evaluate(baseline, flat).reshape(n_ctx, n_grid, n_y)
             label = f"K={k}, covariate {info.name!r}"
             if not np.all(np.isfinite(values)):
-                report("finite", f"{label}: non-finite target for factors in [{grid[0]:.3g}, {grid[-1]:.3g}]")
+                report(
+                    "finite",
+                    f"{label}: non-finite target for factors in [{grid[0]:.3g}, {grid[-1]:.3g}]",
+                )
                 continue
             steps = np.diff(values, axis=1) * info.sign
             scale = np.maximum(np.abs(values[:, :-1]), np.abs(values[:, 1:])) + 1e-300
@@ -114,13 +118,20 @@ def check_relationship(relationship: Relationship, seed: int = 0) -> list[Violat
                     f"{label} ({info.direction}): target moves the wrong way between f={grid[g]:.4g} "
                     f"and f={grid[g + 1]:.4g} at y={y[j]:.4g} (others at {contexts[c].round(3).tolist()})",
                 )
-            if index == 0 and k == 1 and np.all(np.abs(values[0] - values[0, :1]) <= _TOLERANCE * np.abs(values[0])):
+            if (
+                index == 0
+                and k == 1
+                and np.all(np.abs(values[0] - values[0, :1]) <= _TOLERANCE * np.abs(values[0]))
+            ):
                 report("moves", f"the primary covariate {info.name!r} never changes the target")
             if relationship.only_increase:
                 rising = grid >= 1.0
                 below = values[:, rising, :] < baseline.reshape(n_ctx, n_grid, n_y)[:, rising, :]
                 if np.any(below & (contexts.min(axis=1) >= 1.0)[:, None, None]):
-                    report("only_increase", f"{label}: a factor >= 1 lowers the target below its baseline")
+                    report(
+                        "only_increase",
+                        f"{label}: a factor >= 1 lowers the target below its baseline",
+                    )
             if relationship.is_state():
                 low, high = relationship.window
                 if np.any(values < low) or np.any(values > high):
@@ -137,7 +148,10 @@ def _check_positive_terms(relationship: Relationship, k: int, grid: np.ndarray, 
         term = 1.0 + info.sign * s * info.weight * r
         if np.any(term <= 0):
             bad = grid[int(np.argmin(term))]
-            report("positive_term", f"K={k}: secondary {info.name!r} makes its factor 1 + s·w·r <= 0 at f={bad:.4g}")
+            report(
+                "positive_term",
+                f"K={k}: secondary {info.name!r} makes its factor 1 + s·w·r <= 0 at f={bad:.4g}",
+            )
 
 
 def check_registry(

@@ -14,10 +14,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
 
     def with_specs(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--spec", action="append", default=[], metavar="FILE",
-                       help="extra spec file to load after the shipped ones (repeatable)")
-        p.add_argument("--forms", action="append", default=[], metavar="PY",
-                       help="Python file that registers user forms (executed; repeatable)")
+        p.add_argument(
+            "--spec",
+            action="append",
+            default=[],
+            metavar="FILE",
+            help="extra spec file to load after the shipped ones (repeatable)",
+        )
+        p.add_argument(
+            "--forms",
+            action="append",
+            default=[],
+            metavar="PY",
+            help="Python file that registers user forms (executed; repeatable)",
+        )
 
     listing = sub.add_parser("list", help="list targets and their covariates")
     listing.add_argument("--simulator", help="only this simulator")
@@ -29,17 +39,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--simulator", required=True)
     evaluate.add_argument("--target", required=True)
     evaluate.add_argument("--y", required=True, help="comma-separated baseline values")
-    evaluate.add_argument("--factor", action="append", default=[], metavar="COV=F1,F2,...",
-                          help="factors of one covariate, read in step with the other --factor lists")
+    evaluate.add_argument(
+        "--factor",
+        action="append",
+        default=[],
+        metavar="COV=F1,F2,...",
+        help="factors of one covariate, read in step with the other --factor lists",
+    )
     evaluate.add_argument("--k", type=int, help="number of covariates K (default: last one named)")
     evaluate.add_argument("--json", action="store_true", help="machine-readable output")
     with_specs(evaluate)
     evaluate.set_defaults(handler=_eval)
 
-    check = sub.add_parser("check", help="run the rule checks on a spec file (or on the shipped registry)")
-    check.add_argument("files", nargs="*", metavar="FILE", help="spec files to check (default: the shipped ones)")
-    check.add_argument("--forms", action="append", default=[], metavar="PY",
-                       help="Python file that registers user forms (executed; repeatable)")
+    check = sub.add_parser(
+        "check", help="run the rule checks on a spec file (or on the shipped registry)"
+    )
+    check.add_argument(
+        "files", nargs="*", metavar="FILE", help="spec files to check (default: the shipped ones)"
+    )
+    check.add_argument(
+        "--forms",
+        action="append",
+        default=[],
+        metavar="PY",
+        help="Python file that registers user forms (executed; repeatable)",
+    )
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(handler=_check)
 
@@ -98,7 +122,9 @@ def _eval(args: argparse.Namespace) -> int:
         factor_lists[name] = _parse_numbers(values, f"--factor {name}")
     lengths = {len(v) for v in factor_lists.values()}
     if len(lengths) > 1:
-        raise RelationshipError(f"every --factor list must have the same length, got lengths {sorted(lengths)}")
+        raise RelationshipError(
+            f"every --factor list must have the same length, got lengths {sorted(lengths)}"
+        )
     n_rows = lengths.pop() if lengths else 1
     values = relationship.evaluate_grid(y, factor_lists, n_rows, args.k)
     if args.json:

@@ -58,10 +58,17 @@ def _params(values: dict[str, float]) -> str:
 
 
 def _form_table(title: str, forms: dict[str, FormDefinition]) -> list[str]:
-    lines = [f"### {title}", "", "| name | formula | parameters | meaning |", "| --- | --- | --- | --- |"]
+    lines = [
+        f"### {title}",
+        "",
+        "| name | formula | parameters | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
     for form in forms.values():
         params = ", ".join(p.name for p in form.params) or "—"
-        lines.append(f"| `{form.name}` | `{_cell(form.formula)}` | {params} | {_cell(form.description)} |")
+        lines.append(
+            f"| `{form.name}` | `{_cell(form.formula)}` | {params} | {_cell(form.description)} |"
+        )
     return [*lines, ""]
 
 
@@ -88,7 +95,11 @@ def render_reference(registry: Registry) -> str:
             f"- History pool: {list(spec.history_pool)}; factors over history and Novel futures "
             f"span [{low:g}, {high:g}].",
             f"- Joint dampening γ = {spec.dampening:g}"
-            + ("; targets only increase (every direction is direct)." if spec.only_increase else "."),
+            + (
+                "; targets only increase (every direction is direct)."
+                if spec.only_increase
+                else "."
+            ),
             "",
             "Covariates, in the fixed order used to pick the K − 1 secondaries:",
             "",
@@ -103,7 +114,11 @@ def render_reference(registry: Registry) -> str:
             )
         lines += ["", "Target classes:", ""]
         for cls in spec.classes.values():
-            window = f", window [{cls.window[0]:g}, {cls.window[1]:g}]" if cls.window[0] > float("-inf") else ""
+            window = (
+                f", window [{cls.window[0]:g}, {cls.window[1]:g}]"
+                if cls.window[0] > float("-inf")
+                else ""
+            )
             level = f", level {cls.level:g}" if cls.combination == "additive" else ""
             lines.append(f"- **{cls.name}** — {cls.combination}{level}{window}. {cls.rationale}")
         lines += [""]

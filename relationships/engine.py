@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-
-from whatif_bench.errors import RelationshipError
 from whatif_bench.relationships import _kernels as k
 from whatif_bench.relationships import reference as ref
 from whatif_bench.relationships.dispatch import current_kernels
 from whatif_bench.relationships.forms import MAX_PARAMS, FormDefinition
 from whatif_bench.relationships.shapes import shape_code
+
+from whatif_bench.errors import RelationshipError
 
 _COMBINATION_CODES = {"multiplicative": k.MULTIPLICATIVE, "additive": k.ADDITIVE}
 
@@ -175,7 +175,10 @@ class Relationship:
 
     # ---- evaluation -------------------------------------------------------------------
     def factor_matrix(
-        self, n_steps: int, factors: Mapping[str, float | np.ndarray], k_covariates: int | None = None
+        self,
+        n_steps: int,
+        factors: Mapping[str, float | np.ndarray],
+        k_covariates: int | None = None,
     ) -> np.ndarray:
         """(K, T) factor trajectories from named constants or arrays; unnamed covariates stay 1.
 
@@ -218,7 +221,15 @@ class Relationship:
         codes, params, weights, _ = self.kernel_arguments(matrix.shape[0])
         out = np.empty_like(y)
         current_kernels().evaluate(
-            y, matrix, self.form.code, self.primary_params, codes, params, weights, *self._tail(), out
+            y,
+            matrix,
+            self.form.code,
+            self.primary_params,
+            codes,
+            params,
+            weights,
+            *self._tail(),
+            out,
         )
         return out
 
@@ -257,8 +268,18 @@ class Relationship:
         codes, params, weights, shapes = self.kernel_arguments(schedule.n_covariates)
         out = np.empty_like(y)
         current_kernels().apply_events(
-            y, schedule.starts, schedule.lengths, schedule.factors, shapes,
-            self.form.code, self.primary_params, codes, params, weights, *self._tail(), out,
+            y,
+            schedule.starts,
+            schedule.lengths,
+            schedule.factors,
+            shapes,
+            self.form.code,
+            self.primary_params,
+            codes,
+            params,
+            weights,
+            *self._tail(),
+            out,
         )
         return out
 
@@ -267,7 +288,9 @@ class Relationship:
         self._check_schedule(schedule, n_steps)
         *_, shapes = self.kernel_arguments(schedule.n_covariates)
         out = np.empty((schedule.n_covariates, n_steps), dtype=np.float64)
-        current_kernels().trajectories(schedule.starts, schedule.lengths, schedule.factors, shapes, out)
+        current_kernels().trajectories(
+            schedule.starts, schedule.lengths, schedule.factors, shapes, out
+        )
         return out
 
     def covariate_values(self, n_steps: int, schedule: EventSchedule) -> np.ndarray:
@@ -305,4 +328,3 @@ def _as_series(y: np.ndarray) -> np.ndarray:
         bad = int(np.flatnonzero(~np.isfinite(array))[0])
         raise RelationshipError(f"baseline has a non-finite value at step {bad}: {array[bad]}")
     return array
-

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-
 from whatif_bench.relationships import _kernels as k
 from whatif_bench.relationships import reference as ref
 
@@ -98,121 +97,178 @@ _POS = 1e-9  # smallest accepted value of parameters that must be strictly posit
 
 for _definition in (
     FormDefinition(
-        "proportional", "primary", k.PROPORTIONAL,
+        "proportional",
+        "primary",
+        k.PROPORTIONAL,
         (Param("overhead", 0.0, 0.99, 0.0, "share of y that does not scale with f"),),
         "y · (1 + (1 − overhead)·(f − 1))",
         "Close to linear in the factor, with a small fixed share (overhead) that does not scale.",
         ref.proportional,
     ),
     FormDefinition(
-        "inverse", "primary", k.INVERSE,
-        (Param("exponent", _POS, 4.0, 1.0, "how fast y falls with f"),
-         Param("floor", 0.0, 0.99, 0.0, "share of y that does not fall")),
+        "inverse",
+        "primary",
+        k.INVERSE,
+        (
+            Param("exponent", _POS, 4.0, 1.0, "how fast y falls with f"),
+            Param("floor", 0.0, 0.99, 0.0, "share of y that does not fall"),
+        ),
         "y · (1 + (1 − floor)·(f^(−exponent) − 1))",
         "Falls inversely with the factor (1/f for exponent 1), keeping a fixed floor share.",
         ref.inverse,
     ),
     FormDefinition(
-        "power", "primary", k.POWER,
+        "power",
+        "primary",
+        k.POWER,
         (Param("exponent", -4.0, 4.0, None, "power of f; <1 sublinear, >1 faster than linear"),),
         "y · f^exponent",
         "Power law: sublinear (0 < exponent < 1), faster than linear (> 1) or inverse (< 0).",
         ref.power,
     ),
     FormDefinition(
-        "exponential", "primary", k.EXPONENTIAL,
+        "exponential",
+        "primary",
+        k.EXPONENTIAL,
         (Param("rate", -2.0, 2.0, None, "growth rate per unit of (f − 1)"),),
         "y · exp(rate·(f − 1))",
         "Exponential in the factor's change.",
         ref.exponential,
     ),
     FormDefinition(
-        "asymmetric_power", "primary", k.ASYMMETRIC_POWER,
-        (Param("up", -4.0, 4.0, None, "exponent for f ≥ 1"),
-         Param("down", -4.0, 4.0, None, "exponent for f < 1")),
+        "asymmetric_power",
+        "primary",
+        k.ASYMMETRIC_POWER,
+        (
+            Param("up", -4.0, 4.0, None, "exponent for f ≥ 1"),
+            Param("down", -4.0, 4.0, None, "exponent for f < 1"),
+        ),
         "y · f^up if f ≥ 1, else y · f^down",
         "Different behaviour when the covariate is raised and when it is reduced.",
         ref.asymmetric_power,
     ),
     FormDefinition(
-        "broken_power", "primary", k.BROKEN_POWER,
-        (Param("low", -4.0, 4.0, None, "exponent below the knee"),
-         Param("high", -4.0, 4.0, None, "exponent above the knee"),
-         Param("knee", _POS, 1e6, None, "factor where the branch changes")),
+        "broken_power",
+        "primary",
+        k.BROKEN_POWER,
+        (
+            Param("low", -4.0, 4.0, None, "exponent below the knee"),
+            Param("high", -4.0, 4.0, None, "exponent above the knee"),
+            Param("knee", _POS, 1e6, None, "factor where the branch changes"),
+        ),
         "y · m(f)/m(1), m(f) = f^low for f ≤ knee, knee^low·(f/knee)^high above",
         "Piecewise power law (two branches); registry entries keep every drawn factor on one branch.",
         ref.broken_power,
     ),
     FormDefinition(
-        "damped_offset", "primary", k.DAMPED_OFFSET,
-        (Param("amplitude", -0.99, 10.0, None, "largest offset, as a share of |y| + level"),
-         Param("rate", _POS, 10.0, 1.0, "how quickly the offset saturates"),
-         Param("level", 0.0, math.inf, 0.0, "offset floor in the target's unit")),
+        "damped_offset",
+        "primary",
+        k.DAMPED_OFFSET,
+        (
+            Param("amplitude", -0.99, 10.0, None, "largest offset, as a share of |y| + level"),
+            Param("rate", _POS, 10.0, 1.0, "how quickly the offset saturates"),
+            Param("level", 0.0, math.inf, 0.0, "offset floor in the target's unit"),
+        ),
         "y + amplitude·(|y| + level)·tanh(rate·(f − 1))",
         "An offset proportional to the target's level that saturates (is damped) for large changes.",
         ref.damped_offset,
     ),
     FormDefinition(
-        "shift", "primary", k.SHIFT,
-        (Param("amplitude", -math.inf, math.inf, None, "damped shift, in the target's unit"),
-         Param("rate", _POS, 10.0, 1.0, "how quickly the shift saturates"),
-         Param("slope", -math.inf, math.inf, 0.0, "small linear term per unit of (f − 1)")),
+        "shift",
+        "primary",
+        k.SHIFT,
+        (
+            Param("amplitude", -math.inf, math.inf, None, "damped shift, in the target's unit"),
+            Param("rate", _POS, 10.0, 1.0, "how quickly the shift saturates"),
+            Param("slope", -math.inf, math.inf, 0.0, "small linear term per unit of (f − 1)"),
+        ),
         "y + amplitude·tanh(rate·(f − 1)) + slope·(f − 1)",
         "A damped shift in the target's own unit plus a small linear term.",
         ref.shift,
     ),
     FormDefinition(
-        "clipped_shift", "primary", k.CLIPPED_SHIFT,
-        (Param("amplitude", -math.inf, math.inf, None, "damped shift, in the target's unit"),
-         Param("rate", _POS, 10.0, 1.0, "how quickly the shift saturates"),
-         Param("lower", -math.inf, math.inf, None, "lower edge of the window"),
-         Param("upper", -math.inf, math.inf, None, "upper edge of the window")),
+        "clipped_shift",
+        "primary",
+        k.CLIPPED_SHIFT,
+        (
+            Param("amplitude", -math.inf, math.inf, None, "damped shift, in the target's unit"),
+            Param("rate", _POS, 10.0, 1.0, "how quickly the shift saturates"),
+            Param("lower", -math.inf, math.inf, None, "lower edge of the window"),
+            Param("upper", -math.inf, math.inf, None, "upper edge of the window"),
+        ),
         "clip(y + amplitude·tanh(rate·(f − 1)), lower, upper)",
         "A damped shift whose result is clipped into a fixed window.",
         ref.clipped_shift,
     ),
     FormDefinition(
-        "idle_dynamic", "primary", k.IDLE_DYNAMIC,
-        (Param("idle", 0.0, math.inf, None, "fixed idle part, in the target's unit"),
-         Param("switching", 0.0, math.inf, 0.0, "small switching term per unit of (f − 1)")),
+        "idle_dynamic",
+        "primary",
+        k.IDLE_DYNAMIC,
+        (
+            Param("idle", 0.0, math.inf, None, "fixed idle part, in the target's unit"),
+            Param("switching", 0.0, math.inf, 0.0, "small switching term per unit of (f − 1)"),
+        ),
         "y + (max(y − idle, 0) + switching)·(f − 1)",
         "A fixed idle part plus a dynamic part that scales with f and a small switching term.",
         ref.idle_dynamic,
     ),
     FormDefinition(
-        "log_increase", "primary", k.LOG_INCREASE,
-        (Param("rate", _POS, 10.0, None, "gain per unit of ln f, as a share of |y| + floor"),
-         Param("floor", 0.0, math.inf, 0.0, "magnitude floor in the target's unit")),
+        "log_increase",
+        "primary",
+        k.LOG_INCREASE,
+        (
+            Param("rate", _POS, 10.0, None, "gain per unit of ln f, as a share of |y| + floor"),
+            Param("floor", 0.0, math.inf, 0.0, "magnitude floor in the target's unit"),
+        ),
         "y + rate·(|y| + floor)·ln f",
         "Logarithmic rise that increases the target whatever its sign (EPANET's shared form).",
         ref.log_increase,
     ),
     FormDefinition(
-        "signed_power", "effect", k.SIGNED_POWER,
+        "signed_power",
+        "effect",
+        k.SIGNED_POWER,
         (Param("exponent", _POS, 4.0, None, "power of |f − 1|"),),
-        "sign(f − 1)·|f − 1|^exponent", "Signed power of the factor's change.", ref.signed_power,
+        "sign(f − 1)·|f − 1|^exponent",
+        "Signed power of the factor's change.",
+        ref.signed_power,
     ),
     FormDefinition(
-        "ratio", "effect", k.RATIO, (), "(f − 1)/(f + 1)",
-        "Bounded ratio shape in (−1, 1).", ref.ratio,
+        "ratio",
+        "effect",
+        k.RATIO,
+        (),
+        "(f − 1)/(f + 1)",
+        "Bounded ratio shape in (−1, 1).",
+        ref.ratio,
     ),
     FormDefinition("log", "effect", k.LOG, (), "ln f", "Logarithm of the factor.", ref.log),
     FormDefinition(
-        "reduction_only", "effect", k.REDUCTION_ONLY,
+        "reduction_only",
+        "effect",
+        k.REDUCTION_ONLY,
         (Param("exponent", _POS, 4.0, 1.0, "power of the reduction (1 − f)"),),
         "−(1 − f)^exponent if f < 1, else 0",
-        "Acts only when the covariate is reduced below its base value.", ref.reduction_only,
+        "Acts only when the covariate is reduced below its base value.",
+        ref.reduction_only,
     ),
     FormDefinition(
-        "saturating", "effect", k.SATURATING,
+        "saturating",
+        "effect",
+        k.SATURATING,
         (Param("rate", _POS, 10.0, 1.0, "how quickly the effect saturates"),),
-        "tanh(rate·(f − 1))", "Saturating effect bounded in (−1, 1).", ref.saturating,
+        "tanh(rate·(f − 1))",
+        "Saturating effect bounded in (−1, 1).",
+        ref.saturating,
     ),
     FormDefinition(
-        "exp_saturation", "effect", k.EXP_SATURATION,
+        "exp_saturation",
+        "effect",
+        k.EXP_SATURATION,
         (Param("rate", _POS, 10.0, 1.0, "approach rate"),),
         "1 − exp(−rate·(f − 1))",
-        "Approaches 1 for large factors, falls off exponentially below f = 1.", ref.exp_saturation,
+        "Approaches 1 for large factors, falls off exponentially below f = 1.",
+        ref.exp_saturation,
     ),
 ):
     _add(_definition)
@@ -247,7 +303,10 @@ def _register(
 
 
 def register_form(
-    name: str, params: list[Param] | tuple[Param, ...] = (), formula: str = "", description: str = ""
+    name: str,
+    params: list[Param] | tuple[Param, ...] = (),
+    formula: str = "",
+    description: str = "",
 ) -> Callable[[Callable[..., float]], FormDefinition]:
     """Register a user primary form ``fn(y, f, p) -> float`` (``p``: packed parameter vector).
 
@@ -258,7 +317,10 @@ def register_form(
 
 
 def register_effect(
-    name: str, params: list[Param] | tuple[Param, ...] = (), formula: str = "", description: str = ""
+    name: str,
+    params: list[Param] | tuple[Param, ...] = (),
+    formula: str = "",
+    description: str = "",
 ) -> Callable[[Callable[..., float]], FormDefinition]:
     """Register a user secondary effect ``fn(f, p) -> float`` (zero at f = 1, non-decreasing)."""
     return _register("effect", name, params, formula or name, description)

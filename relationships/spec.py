@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whatif_bench.errors import SpecError
 from whatif_bench.relationships.forms import EFFECTS, FORMS
 from whatif_bench.relationships.shapes import SHAPE_CODES
+
+from whatif_bench.errors import SpecError
 
 DIRECTIONS = ("direct", "inverse")
 COMBINATIONS = ("multiplicative", "additive")
@@ -139,7 +140,13 @@ class _Table:
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {str: "a string", float: "a number", bool: "true/false", list: "a list", dict: "a table"}
+    names = {
+        str: "a string",
+        float: "a number",
+        bool: "true/false",
+        list: "a list",
+        dict: "a table",
+    }
     return names.get(kind, getattr(kind, "__name__", str(kind)))  # type: ignore[arg-type]
 
 
@@ -147,7 +154,11 @@ def _number_map(table: _Table, field: str, lower: float) -> dict[str, float]:
     raw = table.get(field, dict, {})
     out: dict[str, float] = {}
     for key, value in raw.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
             raise table.error(field, f"entry {key!r} must be a finite number, got {value!r}")
         if value < lower:
             raise table.error(field, f"entry {key!r} must be >= {lower}, got {value}")
@@ -159,11 +170,15 @@ def _direction_map(table: _Table, field: str) -> dict[str, str]:
     raw = table.get(field, dict, {})
     for key, value in raw.items():
         if value not in DIRECTIONS:
-            raise table.error(field, f"entry {key!r} must be one of {list(DIRECTIONS)}, got {value!r}")
+            raise table.error(
+                field, f"entry {key!r} must be one of {list(DIRECTIONS)}, got {value!r}"
+            )
     return dict(raw)
 
 
-def _check_form(table: _Table, field: str, name: str, params: Mapping[str, float], kind: str) -> None:
+def _check_form(
+    table: _Table, field: str, name: str, params: Mapping[str, float], kind: str
+) -> None:
     library = FORMS if kind == "primary" else EFFECTS
     if name not in library:
         raise table.error(field, f"unknown {kind} form {name!r} (known: {sorted(library)})")
@@ -203,7 +218,9 @@ def _parse_class(name: str, raw: Any, where: str, covariates: set[str]) -> Targe
     table = _Table(raw, f"{where}: class {name!r}")
     combination = table.get("combination", str)
     if combination not in COMBINATIONS:
-        raise table.error("combination", f"must be one of {list(COMBINATIONS)}, got {combination!r}")
+        raise table.error(
+            "combination", f"must be one of {list(COMBINATIONS)}, got {combination!r}"
+        )
     directions = _direction_map(table, "directions")
     weights = _number_map(table, "weights", 0.0)
     for field, mapping in (("directions", directions), ("weights", weights)):
@@ -221,7 +238,10 @@ def _parse_class(name: str, raw: Any, where: str, covariates: set[str]) -> Targe
         rationale=table.get("rationale", str),
     )
     if not (spec.window[0] <= spec.typical_range[0] and spec.typical_range[1] <= spec.window[1]):
-        raise table.error("typical_range", f"{list(spec.typical_range)} must lie inside the window {list(spec.window)}")
+        raise table.error(
+            "typical_range",
+            f"{list(spec.typical_range)} must lie inside the window {list(spec.window)}",
+        )
     table.finish()
     return spec
 
@@ -267,7 +287,9 @@ def parse_spec(text: str, source: str, base: SimulatorSpec | None = None) -> Sim
     if extends and base is None:
         raise header.error("extends", f"no simulator named {name!r} is loaded to extend")
     if not extends and base is not None:
-        raise header.error("name", f"simulator {name!r} already exists; set extends = true to add to it")
+        raise header.error(
+            "name", f"simulator {name!r} already exists; set extends = true to add to it"
+        )
 
     if extends:
         assert base is not None
@@ -284,16 +306,22 @@ def parse_spec(text: str, source: str, base: SimulatorSpec | None = None) -> Sim
         dampening = header.number("dampening", 0.5, lower=0.0)
         pool = header.get("history_pool", list)
         if not pool or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and v > 0 and v != 1 for v in pool
+            isinstance(v, int | float) and not isinstance(v, bool) and v > 0 and v != 1
+            for v in pool
         ):
-            raise header.error("history_pool", f"must be a non-empty list of positive factors != 1, got {pool!r}")
+            raise header.error(
+                "history_pool", f"must be a non-empty list of positive factors != 1, got {pool!r}"
+            )
         history_pool = tuple(sorted(float(v) for v in pool))
         only_increase = header.get("only_increase", bool, False)
         if only_increase and min(history_pool) < 1:
-            raise header.error("history_pool", "a simulator whose targets only increase draws factors > 1 only")
+            raise header.error(
+                "history_pool", "a simulator whose targets only increase draws factors > 1 only"
+            )
         raw_covariates = top.get("covariates", list)
         covariates = tuple(
-            _parse_covariate(raw, f"{source}: covariates[{i}]") for i, raw in enumerate(raw_covariates)
+            _parse_covariate(raw, f"{source}: covariates[{i}]")
+            for i, raw in enumerate(raw_covariates)
         )
         if not covariates:
             raise SpecError(f"{source}: declares no covariates")
@@ -305,7 +333,6 @@ def parse_spec(text: str, source: str, base: SimulatorSpec | None = None) -> Sim
     header.finish()
 
     covariate_names = {c.name for c in covariates}
-    order = tuple(c.name for c in covariates)
     classes = {
         key: _parse_class(key, value, source, covariate_names)
         for key, value in top.get("classes", dict, {}).items()
@@ -352,7 +379,9 @@ def _check_target(
     by_name = {c.name: c for c in covariates}
     order = tuple(by_name)
     if target.target_class not in classes:
-        raise table.error("class", f"unknown class {target.target_class!r} (known: {sorted(classes)})")
+        raise table.error(
+            "class", f"unknown class {target.target_class!r} (known: {sorted(classes)})"
+        )
     if target.primary not in by_name:
         raise table.error("primary", f"unknown covariate {target.primary!r} (known: {list(order)})")
     for field, mapping in (("directions", target.directions), ("weights", target.weights)):

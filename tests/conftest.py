@@ -9,7 +9,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from whatif_bench.relationships import load_registry
 
 

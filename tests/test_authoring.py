@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tests.conftest import run_whatif
 from whatif_bench.relationships import load_registry
 from whatif_bench.relationships.checks import check_registry
 from whatif_bench.relationships.plugins import load_form_modules
+
+from tests.conftest import run_whatif
 
 REPO = Path(__file__).resolve().parents[1]
 FORMS_FILE = REPO / "examples" / "custom_forms.py"
@@ -37,7 +37,9 @@ def test_user_form_kernel_equals_its_python_definition(extended, rng):
     relationship = extended.get("sumo", "speed_loop_e_1_far")
     y = rng.uniform(0, 20, 300)
     factors = np.exp(rng.uniform(np.log(0.01), np.log(20), (5, 300)))
-    np.testing.assert_allclose(relationship.evaluate(y, factors), relationship.evaluate_reference(y, factors), rtol=1e-12)
+    np.testing.assert_allclose(
+        relationship.evaluate(y, factors), relationship.evaluate_reference(y, factors), rtol=1e-12
+    )
     single = relationship.evaluate(np.array([10.0]), {"maxSpeed": 3.0})[0]
     assert single == pytest.approx(10.0 * (1 + 0.4 * (2 / (1 + math.exp(-3.0)) - 1)), rel=1e-12)
 
@@ -103,9 +105,13 @@ def test_checker_flags_a_user_form_that_is_not_finite(tmp_path):
         "    return y * f if f < 10.0 else math.inf\n"
     )
     spec = tmp_path / "bad.toml"
-    spec.write_text(EXTRA_TARGET.read_text().replace("logistic_saturation", "blow_up")
-                    .replace("params = { gain = 0.4, rate = 1.5 }", "").replace("speed_loop_e_1_far", "blows_up")
-                    .replace("saturating_speed", "saturating_speed_2"))
+    spec.write_text(
+        EXTRA_TARGET.read_text()
+        .replace("logistic_saturation", "blow_up")
+        .replace("params = { gain = 0.4, rate = 1.5 }", "")
+        .replace("speed_loop_e_1_far", "blows_up")
+        .replace("saturating_speed", "saturating_speed_2")
+    )
     result = run_whatif("relationships", "check", str(spec), "--forms", str(forms), "--json")
     report = json.loads(result.stdout)
     assert result.returncode == 1
@@ -114,9 +120,22 @@ def test_checker_flags_a_user_form_that_is_not_finite(tmp_path):
 
 def test_cli_eval_uses_a_user_form():
     result = run_whatif(
-        "relationships", "eval", "--simulator", "sumo", "--target", "speed_loop_e_1_far",
-        "--forms", str(FORMS_FILE), "--spec", str(EXTRA_TARGET),
-        "--y", "10", "--factor", "maxSpeed=3", "--json", check=True,
+        "relationships",
+        "eval",
+        "--simulator",
+        "sumo",
+        "--target",
+        "speed_loop_e_1_far",
+        "--forms",
+        str(FORMS_FILE),
+        "--spec",
+        str(EXTRA_TARGET),
+        "--y",
+        "10",
+        "--factor",
+        "maxSpeed=3",
+        "--json",
+        check=True,
     )
     value = json.loads(result.stdout)["values"][0][0]
     assert value == pytest.approx(10.0 * (1 + 0.4 * (2 / (1 + math.exp(-3.0)) - 1)), rel=1e-12)

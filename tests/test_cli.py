@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from whatif_bench.relationships.docs import render_reference
 
 from tests.conftest import run_whatif
-from whatif_bench.relationships.docs import render_reference
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,27 +18,54 @@ def test_list_json_has_one_object_per_target_with_the_stable_keys(registry):
     result = run_whatif("relationships", "list", "--json", check=True)
     rows = json.loads(result.stdout)
     assert len(rows) == 99
-    keys = {"simulator", "target", "primary", "covariates", "combination", "direction", "shape", "base_value"}
+    keys = {
+        "simulator",
+        "target",
+        "primary",
+        "covariates",
+        "combination",
+        "direction",
+        "shape",
+        "base_value",
+    }
     for row in rows:
         assert set(row) == keys
         assert row["covariates"][0] == row["primary"] and len(row["covariates"]) == 5
         assert row["combination"] in ("multiplicative", "additive")
-        assert set(row["direction"]) == set(row["shape"]) == set(row["base_value"]) == set(row["covariates"])
+        assert (
+            set(row["direction"])
+            == set(row["shape"])
+            == set(row["base_value"])
+            == set(row["covariates"])
+        )
         assert set(row["direction"].values()) <= {"direct", "inverse"}
         assert set(row["shape"].values()) <= {"step", "bell"}
     assert rows == [r.summary() for r in registry]
 
 
 def test_list_filters_by_simulator():
-    rows = json.loads(run_whatif("relationships", "list", "--simulator", "gridlabd", "--json", check=True).stdout)
+    rows = json.loads(
+        run_whatif("relationships", "list", "--simulator", "gridlabd", "--json", check=True).stdout
+    )
     assert {r["simulator"] for r in rows} == {"gridlabd"} and len(rows) == 11
 
 
 def test_eval_reads_factor_lists_in_step_and_matches_the_api(registry):
     result = run_whatif(
-        "relationships", "eval", "--simulator", "opendc", "--target", "power_draw_host-0",
-        "--y", "150,200,105.5", "--factor", "coreSpeed_host-0=1,2,0.5",
-        "--factor", "coreCount_host-0=1,1,4", "--json", check=True,
+        "relationships",
+        "eval",
+        "--simulator",
+        "opendc",
+        "--target",
+        "power_draw_host-0",
+        "--y",
+        "150,200,105.5",
+        "--factor",
+        "coreSpeed_host-0=1,2,0.5",
+        "--factor",
+        "coreCount_host-0=1,1,4",
+        "--json",
+        check=True,
     )
     values = np.array(json.loads(result.stdout)["values"])
     assert values.shape == (3, 3)
@@ -61,16 +88,32 @@ def test_eval_reads_factor_lists_in_step_and_matches_the_api(registry):
     ],
 )
 def test_eval_errors_are_clear_and_exit_non_zero(args, message):
-    result = run_whatif("relationships", "eval", "--simulator", "sumo", "--target", "CO2_abs_edge_e2c",
-                        "--y", "1,2", *args, "--json")
+    result = run_whatif(
+        "relationships",
+        "eval",
+        "--simulator",
+        "sumo",
+        "--target",
+        "CO2_abs_edge_e2c",
+        "--y",
+        "1,2",
+        *args,
+        "--json",
+    )
     assert result.returncode == 1
     assert message in result.stderr
     assert result.stdout == ""
 
 
 def test_eval_unknown_target_lists_the_valid_ones():
-    result = run_whatif("relationships", "eval", "--simulator", "sumo", "--target", "CO3", "--y", "1")
-    assert result.returncode == 1 and "has no target 'CO3'" in result.stderr and "CO2_abs_edge_e2c" in result.stderr
+    result = run_whatif(
+        "relationships", "eval", "--simulator", "sumo", "--target", "CO3", "--y", "1"
+    )
+    assert (
+        result.returncode == 1
+        and "has no target 'CO3'" in result.stderr
+        and "CO2_abs_edge_e2c" in result.stderr
+    )
 
 
 def test_check_passes_on_the_shipped_registry():
@@ -82,7 +125,9 @@ def test_check_passes_on_the_shipped_registry():
 def test_check_reports_each_violation_of_a_user_file(tmp_path):
     spec = tmp_path / "bad.toml"
     spec.write_text(
-        (REPO / "relationships" / "data" / "sumo.toml").read_text().split("# ---- classes")[0]
+        (REPO / "relationships" / "data" / "sumo.toml")
+        .read_text()
+        .split("# ---- classes")[0]
         .replace('name = "sumo"', 'name = "sumo2"')
         + """
 [classes.k]

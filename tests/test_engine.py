@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from whatif_bench.relationships import EventSchedule
 
 from whatif_bench.errors import RelationshipError
-from whatif_bench.relationships import EventSchedule
 
 
 def _random_factors(rng, k, n):
@@ -43,7 +43,9 @@ def test_apply_events_is_bit_identical_to_evaluate_on_the_trajectories(registry,
         k = relationship.max_k
         schedule = _schedule(rng, k)
         if relationship.only_increase:
-            schedule = EventSchedule(schedule.starts, schedule.lengths, np.maximum(schedule.factors, 2.0))
+            schedule = EventSchedule(
+                schedule.starts, schedule.lengths, np.maximum(schedule.factors, 2.0)
+            )
         trajectories = relationship.factor_trajectories(y.size, schedule)
         np.testing.assert_array_equal(
             relationship.apply_events(y, schedule), relationship.evaluate(y, trajectories)
@@ -66,7 +68,9 @@ def test_covariates_are_base_value_times_factor(registry):
     relationship = registry.get("opendc", "cpu_usage_host-0")
     schedule = EventSchedule([10], [61], [[2.0, 1.0, 4.0]])
     values = relationship.covariate_values(100, schedule)
-    assert values[0, 40] == pytest.approx(6000.0)  # coreSpeed bell peaks at the centre: 3000 MHz x 2
+    assert values[0, 40] == pytest.approx(
+        6000.0
+    )  # coreSpeed bell peaks at the centre: 3000 MHz x 2
     assert values[0, 9] == 3000.0 and values[0, 71] == 3000.0
     assert np.all(values[2, 10:71] == 64.0)  # coreCount_host-0 is third: 16 cores x 4, a step
 
@@ -133,5 +137,7 @@ def test_k_outside_range_is_rejected(registry):
 def test_multiplicative_combination_raises_negative_targets_towards_zero(registry):
     relationship = registry.get("epanet", "demand_9")  # reservoir outflow is negative (supply)
     y = np.array([-1500.0])
-    raised = relationship.evaluate(y, {"reservoir_9_base_head": 1.0, "junction_11_base_demand": 4.0})
+    raised = relationship.evaluate(
+        y, {"reservoir_9_base_head": 1.0, "junction_11_base_demand": 4.0}
+    )
     assert y[0] < raised[0] < 0

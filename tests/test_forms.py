@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from whatif_bench.relationships import _kernels as k
 from whatif_bench.relationships.forms import BUILTIN_EFFECTS, BUILTIN_FORMS, EFFECTS, FORMS, Param
 
@@ -45,8 +44,18 @@ def _kernel_primary(name: str, y: np.ndarray, f: np.ndarray) -> np.ndarray:
     params = FORMS[name].pack(FORM_PARAMS[name])
     out = np.empty_like(y)
     k._evaluate_kernel(
-        y, f[None, :].copy(), FORMS[name].code, params, np.zeros(1, np.int64), np.zeros((1, 4)),
-        np.zeros(1), k.MULTIPLICATIVE, 0.0, -math.inf, math.inf, out,
+        y,
+        f[None, :].copy(),
+        FORMS[name].code,
+        params,
+        np.zeros(1, np.int64),
+        np.zeros((1, 4)),
+        np.zeros(1),
+        k.MULTIPLICATIVE,
+        0.0,
+        -math.inf,
+        math.inf,
+        out,
     )
     return out
 

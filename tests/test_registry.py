@@ -7,26 +7,75 @@ import math
 import pytest
 
 SPEC_TARGETS = {
-    "opendc": [f"{m}_host-{h}" for h in (0, 1) for m in ("cpu_demand", "cpu_usage", "cpu_utilization", "cpu_time_active", "power_draw")]
-    + [f"{m}_{vm}" for vm in (1019, 1023, 1026) for m in ("cpu_demand", "cpu_usage", "cpu_time_active", "cpu_time_idle")],
-    "gridlabd": ["actual_power", "total_load", "hvac_load", "hvac_power", "fan_power", "air_temperature",
-                 "mass_temperature", "heating_demand", "is_AUX_on", "is_HEAT_on", "is_COOL_on"],
-    "epanet": [f"pressure_{j}" for j in (10, 11, 12, 13, 21, 22, 23, 31, 32, 2)] + ["demand_9", "demand_2"]
+    "opendc": [
+        f"{m}_host-{h}"
+        for h in (0, 1)
+        for m in ("cpu_demand", "cpu_usage", "cpu_utilization", "cpu_time_active", "power_draw")
+    ]
+    + [
+        f"{m}_{vm}"
+        for vm in (1019, 1023, 1026)
+        for m in ("cpu_demand", "cpu_usage", "cpu_time_active", "cpu_time_idle")
+    ],
+    "gridlabd": [
+        "actual_power",
+        "total_load",
+        "hvac_load",
+        "hvac_power",
+        "fan_power",
+        "air_temperature",
+        "mass_temperature",
+        "heating_demand",
+        "is_AUX_on",
+        "is_HEAT_on",
+        "is_COOL_on",
+    ],
+    "epanet": [f"pressure_{j}" for j in (10, 11, 12, 13, 21, 22, 23, 31, 32, 2)]
+    + ["demand_9", "demand_2"]
     + [f"flowrate_{p}" for p in (10, 11, 12, 21, 22, 31, 110, 111, 112, 113, 121, 122, 9)]
     + [f"velocity_{p}" for p in (10, 11, 12, 21, 22, 31, 110, 111, 112, 113, 121, 122)],
     "sumo": [f"{g}_abs_edge_e2c" for g in ("CO2", "NOx", "PMx", "fuel")]
-    + ["flow_loop_e_0_near", "flow_loop_e_1_near", "flow_loop_e_0_far", "flow_loop_exit_e_0", "flow_loop_exit_e_1"]
-    + ["occupancy_loop_e_0_near", "occupancy_loop_e_1_near", "occupancy_loop_exit_e_0", "occupancy_loop_exit_e_1",
-       "meanOccupancy_e2_e_0", "meanOccupancy_e2_e_1"]
-    + ["speed_loop_e_0_near", "speed_loop_e_1_near", "speed_loop_exit_e_0", "speed_loop_exit_e_1",
-       "meanSpeed_e2_e_0", "meanSpeed_e2_e_1"]
-    + [f"{m}_e2_e_{i}" for m in ("meanHaltingDuration", "meanTimeLoss", "meanVehicleNumber") for i in (0, 1)]
+    + [
+        "flow_loop_e_0_near",
+        "flow_loop_e_1_near",
+        "flow_loop_e_0_far",
+        "flow_loop_exit_e_0",
+        "flow_loop_exit_e_1",
+    ]
+    + [
+        "occupancy_loop_e_0_near",
+        "occupancy_loop_e_1_near",
+        "occupancy_loop_exit_e_0",
+        "occupancy_loop_exit_e_1",
+        "meanOccupancy_e2_e_0",
+        "meanOccupancy_e2_e_1",
+    ]
+    + [
+        "speed_loop_e_0_near",
+        "speed_loop_e_1_near",
+        "speed_loop_exit_e_0",
+        "speed_loop_exit_e_1",
+        "meanSpeed_e2_e_0",
+        "meanSpeed_e2_e_1",
+    ]
+    + [
+        f"{m}_e2_e_{i}"
+        for m in ("meanHaltingDuration", "meanTimeLoss", "meanVehicleNumber")
+        for i in (0, 1)
+    ]
     + ["meanMaxJamLengthInMeters_e2_e_0", "meanMaxJamLengthInMeters_e2_e_1"],
 }
 
 BELL = {
     "opendc": {"coreSpeed_host-0", "coreSpeed_host-1"},
-    "gridlabd": {"temperature", "base_power", "multiplier", "voltage_factor", "duty_cycle", "recovery_duty_cycle"},
+    "gridlabd": {
+        "temperature",
+        "base_power",
+        "multiplier",
+        "voltage_factor",
+        "duty_cycle",
+        "recovery_duty_cycle",
+    },
     "epanet": {"pump_9_setting", "reservoir_9_base_head", "tank_2_init_level"},
     "sumo": {"sigma", "impatience", "lcSpeedGain"},
 }
@@ -92,7 +141,12 @@ def test_opendc_forms_follow_the_papers_facts(registry):
     idle = registry.get("opendc", "cpu_time_idle_1019")
     assert idle.form.name == "asymmetric_power"
     assert abs(idle.params["down"]) > 3 * abs(idle.params["up"])  # slight vs sharp
-    reduction_only = [c for r in registry.relationships("opendc") for c in r.covariates[1:] if c.effect.name == "reduction_only"]
+    reduction_only = [
+        c
+        for r in registry.relationships("opendc")
+        for c in r.covariates[1:]
+        if c.effect.name == "reduction_only"
+    ]
     assert reduction_only, "some OpenDC secondaries act only when a covariate is reduced"
 
 
@@ -105,8 +159,16 @@ def test_gridlabd_facts(registry):
     for name in ("is_AUX_on", "is_HEAT_on", "is_COOL_on"):
         assert registry.get("gridlabd", name).window == (1.0, 2.0)
     groups = {c.name: c.group for c in registry.simulators["gridlabd"].covariates}
-    thermal = {"heat_fraction", "temperature", "thermostatic_control_range", "rate_of_heating",
-               "rate_of_cooling", "duty_cycle", "recovery_duty_cycle", "period"}
+    thermal = {
+        "heat_fraction",
+        "temperature",
+        "thermostatic_control_range",
+        "rate_of_heating",
+        "rate_of_cooling",
+        "duty_cycle",
+        "recovery_duty_cycle",
+        "period",
+    }
     assert {n for n, g in groups.items() if g == "thermal"} == thermal
 
 
@@ -129,7 +191,9 @@ def test_epanet_weights_are_spread_by_the_character_code_sum(registry):
 
 def test_sumo_combination_by_class(registry):
     for relationship in registry.relationships("sumo"):
-        additive = relationship.target.startswith(("meanHalting", "meanTimeLoss", "meanVehicleNumber", "meanMaxJam"))
+        additive = relationship.target.startswith(
+            ("meanHalting", "meanTimeLoss", "meanVehicleNumber", "meanMaxJam")
+        )
         assert relationship.combination == ("additive" if additive else "multiplicative")
 
 
@@ -145,5 +209,14 @@ def test_broken_power_targets_keep_every_drawn_factor_on_one_branch(registry):
 
 def test_summary_has_the_stable_keys(registry):
     summary = registry.get("sumo", "CO2_abs_edge_e2c").summary()
-    assert set(summary) == {"simulator", "target", "primary", "covariates", "combination", "direction", "shape", "base_value"}
+    assert set(summary) == {
+        "simulator",
+        "target",
+        "primary",
+        "covariates",
+        "combination",
+        "direction",
+        "shape",
+        "base_value",
+    }
     assert summary["base_value"]["accel"] == 2.6

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from whatif_bench.relationships import load_registry
 from whatif_bench.relationships.checks import check_registry, check_relationship
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE, factor_bounds
@@ -34,8 +33,11 @@ def event_factors(draw, relationship, k):
         values = [v for v in pool if (v > 1) == rises]
         base = draw(st.sampled_from(values))
         if draw(st.booleans()):  # a Novel future pushes beyond the history's range
-            base = (max(values) + draw(st.floats(*NOVEL_OFFSET)) if rises
-                    else min(values) * draw(st.floats(*NOVEL_SCALE)))
+            base = (
+                max(values) + draw(st.floats(*NOVEL_OFFSET))
+                if rises
+                else min(values) * draw(st.floats(*NOVEL_SCALE))
+            )
         factors.append(base)
     return np.array(factors)
 
@@ -135,8 +137,18 @@ rationale = "toy"
 
 
 def _toy(tmp_path, **overrides):
-    values = dict(extra_header="", effect="ratio", combination="multiplicative", low="1.0", high="100.0", window="",
-                  direction="direct", weight="0.2", form="power", params="{ exponent = 0.5 }")
+    values = dict(
+        extra_header="",
+        effect="ratio",
+        combination="multiplicative",
+        low="1.0",
+        high="100.0",
+        window="",
+        direction="direct",
+        weight="0.2",
+        form="power",
+        params="{ exponent = 0.5 }",
+    )
     values.update(overrides)
     return _registry_from(tmp_path, MINIMAL.format(**values))
 
@@ -150,7 +162,10 @@ def test_toy_spec_passes_when_correct(tmp_path):
     [
         (dict(direction="inverse"), "monotone"),  # a rising power law declared inverse
         (dict(effect="log", weight="5.0"), "positive_term"),  # 1 + s w ln f <= 0 for small f
-        (dict(form="clipped_shift", params="{ amplitude = 0.5, lower = 1.0, upper = 50.0 }"), "identity"),
+        (
+            dict(form="clipped_shift", params="{ amplitude = 0.5, lower = 1.0, upper = 50.0 }"),
+            "identity",
+        ),
         (dict(form="power", params="{ exponent = 0.0 }"), "moves"),
         (dict(extra_header="only_increase = true", direction="direct"), None),
     ],
@@ -166,8 +181,14 @@ def test_checker_reports_each_kind_of_violation(tmp_path, overrides, rule):
 
 def test_window_is_enforced_even_against_heavy_secondaries(tmp_path):
     registry = _toy(
-        tmp_path, combination="additive", window="window = [1.0, 2.0]", low="1.0", high="2.0", weight="10.0",
-        form="clipped_shift", params="{ amplitude = 0.6, lower = 1.0, upper = 2.0 }",
+        tmp_path,
+        combination="additive",
+        window="window = [1.0, 2.0]",
+        low="1.0",
+        high="2.0",
+        weight="10.0",
+        form="clipped_shift",
+        params="{ amplitude = 0.6, lower = 1.0, upper = 2.0 }",
     )
     relationship = next(iter(registry))
     y = np.array([1.0, 1.5, 2.0])

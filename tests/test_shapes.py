@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from whatif_bench.relationships import bell_factors, factor_trajectory, step_factors
 from whatif_bench.relationships.shapes import bell_profile
 
@@ -30,7 +29,9 @@ def test_bell_peaks_at_the_centre_and_is_symmetric():
     trajectory = bell_factors(0.25, 33)
     assert trajectory[16] == pytest.approx(0.25)
     np.testing.assert_array_equal(trajectory, trajectory[::-1])
-    assert trajectory[0] == pytest.approx(1 + (0.25 - 1) * math.exp(-0.5 * (16 / 5.5) ** 2), rel=1e-12)
+    assert trajectory[0] == pytest.approx(
+        1 + (0.25 - 1) * math.exp(-0.5 * (16 / 5.5) ** 2), rel=1e-12
+    )
 
 
 def test_bell_profile_rejects_empty_events():
@@ -39,7 +40,9 @@ def test_bell_profile_rejects_empty_events():
 
 
 def test_factor_is_one_outside_events():
-    trajectory = factor_trajectory(100, np.array([10, 60]), np.array([20, 5]), np.array([2.0, 0.5]), "step")
+    trajectory = factor_trajectory(
+        100, np.array([10, 60]), np.array([20, 5]), np.array([2.0, 0.5]), "step"
+    )
     outside = np.ones(100, dtype=bool)
     outside[10:30] = outside[60:65] = False
     assert np.all(trajectory[outside] == 1.0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 
@@ -14,7 +13,9 @@ from whatif_bench.errors import WhatIfError
 def _relationships_parser(subparsers: argparse._SubParsersAction) -> None:
     from whatif_bench.relationships import cli as rel_cli
 
-    parser = subparsers.add_parser("relationships", help="inspect, evaluate, check and document relationships")
+    parser = subparsers.add_parser(
+        "relationships", help="inspect, evaluate, check and document relationships"
+    )
     rel_cli.add_arguments(parser)
 
 

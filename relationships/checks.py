@@ -78,8 +78,12 @@ def check_relationship(relationship: Relationship, seed: int = 0) -> list[Violat
     """All rule violations of one relationship, at every K from 1 to its number of covariates."""
     found: list[Violation] = []
 
-    def report(rule: str, message: str) -> None:
-        if not any(v.rule == rule for v in found):  # the first instance of each rule is enough
+    reported: set[tuple[str, str]] = set()
+
+    def report(rule: str, message: str, covariate: str = "") -> None:
+        """Record the first instance of each rule per covariate (more would repeat it)."""
+        if (rule, covariate) not in reported:
+            reported.add((rule, covariate))
             found.append(Violation(relationship.simulator, relationship.target, rule, message))
 
     rng = np.random.default_rng(seed)
@@ -107,6 +111,7 @@ def check_relationship(relationship: Relationship, seed: int = 0) -> list[Violat
                 report(
                     "finite",
                     f"{label}: non-finite target for factors in [{grid[0]:.3g}, {grid[-1]:.3g}]",
+                    info.name,
                 )
                 continue
             steps = np.diff(values, axis=1) * info.sign
@@ -117,6 +122,7 @@ def check_relationship(relationship: Relationship, seed: int = 0) -> list[Violat
                     "monotone",
                     f"{label} ({info.direction}): target moves the wrong way between f={grid[g]:.4g} "
                     f"and f={grid[g + 1]:.4g} at y={y[j]:.4g} (others at {contexts[c].round(3).tolist()})",
+                    info.name,
                 )
             if (
                 index == 0
@@ -131,11 +137,12 @@ def check_relationship(relationship: Relationship, seed: int = 0) -> list[Violat
                     report(
                         "only_increase",
                         f"{label}: a factor >= 1 lowers the target below its baseline",
+                        info.name,
                     )
             if relationship.is_state():
                 low, high = relationship.window
                 if np.any(values < low) or np.any(values > high):
-                    report("window", f"{label}: values leave the window [{low}, {high}]")
+                    report("window", f"{label}: values leave the window [{low}, {high}]", info.name)
         if relationship.combination == "multiplicative" and k > 1:
             _check_positive_terms(relationship, k, grid, report)
     return found
@@ -151,6 +158,7 @@ def _check_positive_terms(relationship: Relationship, k: int, grid: np.ndarray, 
             report(
                 "positive_term",
                 f"K={k}: secondary {info.name!r} makes its factor 1 + s·w·r <= 0 at f={bad:.4g}",
+                info.name,
             )
 
 

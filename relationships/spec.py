@@ -121,10 +121,12 @@ class _Table:
             raise self.error(field, f"must be >= {lower}, got {value}")
         return value
 
-    def pair(self, field: str, default: Any = ...) -> tuple[float, float]:
-        value = self.get(field, list, default)
-        if value is default and not isinstance(default, list):
-            return value
+    def pair(self, field: str, default: tuple[float, float] | None = None) -> tuple[float, float]:
+        """An ordered ``[lower, upper]`` pair; ``default`` (if given) when the field is absent."""
+        if default is not None and field not in self.data:
+            self.used.add(field)
+            return default
+        value = self.get(field, list)
         if (
             len(value) != 2
             or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
@@ -291,8 +293,7 @@ def parse_spec(text: str, source: str, base: SimulatorSpec | None = None) -> Sim
             "name", f"simulator {name!r} already exists; set extends = true to add to it"
         )
 
-    if extends:
-        assert base is not None
+    if base is not None:  # extends = true (checked above)
         for field in ("title", "dampening", "history_pool", "only_increase"):
             if field in header.data:
                 raise header.error(field, "cannot be changed by a file that extends a simulator")

@@ -195,3 +195,26 @@ def test_window_is_enforced_even_against_heavy_secondaries(tmp_path):
     pushed = relationship.evaluate(y, {"a": 1.0, "b": 20.0})
     assert np.array_equal(pushed, [2.0, 2.0, 2.0])
     assert check_relationship(relationship) == []
+
+
+def test_checker_reports_every_covariate_that_breaks_a_rule(tmp_path):
+    text = (
+        MINIMAL.format(
+            extra_header="",
+            effect="ratio",
+            combination="multiplicative",
+            low="1.0",
+            high="100.0",
+            window="",
+            direction="inverse",
+            weight="0.2",
+            form="power",
+            params="{ exponent = 0.5 }",
+        )
+        .replace('b = "direct" }}', 'b = "inverse" }}')
+        .replace('b = "direct" }', 'b = "inverse" }')
+    )
+    violations = check_relationship(next(iter(_registry_from(tmp_path, text))))
+    monotone = [v.message for v in violations if v.rule == "monotone"]
+    assert len(monotone) == 2
+    assert any("'a'" in m for m in monotone) and any("'b'" in m for m in monotone)

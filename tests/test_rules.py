@@ -198,23 +198,31 @@ def test_window_is_enforced_even_against_heavy_secondaries(tmp_path):
 
 
 def test_checker_reports_every_covariate_that_breaks_a_rule(tmp_path):
-    text = (
-        MINIMAL.format(
-            extra_header="",
-            effect="ratio",
-            combination="multiplicative",
-            low="1.0",
-            high="100.0",
-            window="",
-            direction="inverse",
-            weight="0.2",
-            form="power",
-            params="{ exponent = 0.5 }",
-        )
-        .replace('b = "direct" }}', 'b = "inverse" }}')
-        .replace('b = "direct" }', 'b = "inverse" }')
+    text = MINIMAL.format(
+        extra_header="",
+        effect="log",
+        combination="multiplicative",
+        low="1.0",
+        high="100.0",
+        window="",
+        direction="direct",
+        weight="5.0",
+        form="power",
+        params="{ exponent = 0.5 }",
+    )
+    third = """
+[[covariates]]
+name = "c"
+shape = "step"
+base_value = 3.0
+unit = "u"
+effect = "log"
+weight = 4.0
+description = "c"
+"""
+    text = text.replace("[classes.c]", third + "\n[classes.c]").replace(
+        'b = "direct" }', 'b = "direct", c = "direct" }'
     )
     violations = check_relationship(next(iter(_registry_from(tmp_path, text))))
-    monotone = [v.message for v in violations if v.rule == "monotone"]
-    assert len(monotone) == 2
-    assert any("'a'" in m for m in monotone) and any("'b'" in m for m in monotone)
+    terms = [v.message for v in violations if v.rule == "positive_term"]
+    assert any("'b'" in m for m in terms) and any("'c'" in m for m in terms)

@@ -19,6 +19,7 @@ import time
 import tracemalloc
 
 import numpy as np
+
 from whatif_bench.relationships import EventSchedule, load_registry
 
 CONTEXTS = (1152, 2304, 4608, 8500)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.ranges import factor_bounds, factor_grid
 from whatif_bench.relationships.registry import Registry

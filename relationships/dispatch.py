@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numba
+
 from whatif_bench.relationships import _kernels as k
 from whatif_bench.relationships.forms import EFFECTS, FORMS
 

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
+
+from whatif_bench.errors import RelationshipError
 from whatif_bench.relationships import _kernels as k
 from whatif_bench.relationships import reference as ref
 from whatif_bench.relationships.dispatch import current_kernels
 from whatif_bench.relationships.forms import MAX_PARAMS, FormDefinition
 from whatif_bench.relationships.shapes import shape_code
-
-from whatif_bench.errors import RelationshipError
 
 _COMBINATION_CODES = {"multiplicative": k.MULTIPLICATIVE, "additive": k.ADDITIVE}
 

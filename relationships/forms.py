@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+
 from whatif_bench.relationships import _kernels as k
 from whatif_bench.relationships import reference as ref
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 
+from whatif_bench.errors import RelationshipError, SpecError
 from whatif_bench.relationships.engine import CovariateInfo, Relationship
 from whatif_bench.relationships.forms import EFFECTS, FORMS
 from whatif_bench.relationships.spec import (
@@ -19,8 +20,6 @@ from whatif_bench.relationships.spec import (
     peek_simulator_name,
     secondary_weight,
 )
-
-from whatif_bench.errors import RelationshipError, SpecError
 
 SIMULATOR_ORDER = ("opendc", "gridlabd", "epanet", "sumo")
 

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from whatif_bench.errors import SpecError
 from whatif_bench.relationships.forms import EFFECTS, FORMS
 from whatif_bench.relationships.shapes import SHAPE_CODES
-
-from whatif_bench.errors import SpecError
 
 DIRECTIONS = ("direct", "inverse")
 COMBINATIONS = ("multiplicative", "additive")

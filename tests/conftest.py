@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from whatif_bench.relationships import load_registry
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.conftest import run_whatif
 from whatif_bench.relationships import load_registry
 from whatif_bench.relationships.checks import check_registry
 from whatif_bench.relationships.plugins import load_form_modules
-
-from tests.conftest import run_whatif
 
 REPO = Path(__file__).resolve().parents[1]
 FORMS_FILE = REPO / "examples" / "custom_forms.py"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from whatif_bench.relationships.docs import render_reference
 
 from tests.conftest import run_whatif
+from whatif_bench.relationships.docs import render_reference
 
 REPO = Path(__file__).resolve().parents[1]
 

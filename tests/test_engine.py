@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from whatif_bench.relationships import EventSchedule
 
 from whatif_bench.errors import RelationshipError
+from whatif_bench.relationships import EventSchedule
 
 
 def _random_factors(rng, k, n):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from whatif_bench.relationships import _kernels as k
 from whatif_bench.relationships.forms import BUILTIN_EFFECTS, BUILTIN_FORMS, EFFECTS, FORMS, Param
 

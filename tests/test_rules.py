@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from whatif_bench.relationships import load_registry
 from whatif_bench.relationships.checks import check_registry, check_relationship
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE, factor_bounds

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from whatif_bench.relationships import bell_factors, factor_trajectory, step_factors
 from whatif_bench.relationships.shapes import bell_profile
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from whatif_bench.relationships import load_registry
 
 from whatif_bench.errors import SpecError
+from whatif_bench.relationships import load_registry
 
 GOOD = """
 [simulator]

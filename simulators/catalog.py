@@ -1,0 +1,44 @@
+"""The four simulators by name, with their default run lengths (imports are lazy)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from whatif_bench.errors import WhatIfError
+from whatif_bench.simulators.base import Baselines
+
+
+@dataclass(frozen=True)
+class SimulatorEntry:
+    """A simulator wrapper module and how long its base run lasts by default."""
+
+    name: str
+    module: str
+    default_days: float
+    title: str
+
+    def runner(self) -> Callable[..., Baselines]:
+        return importlib.import_module(self.module).run
+
+
+SIMULATORS: dict[str, SimulatorEntry] = {
+    entry.name: entry
+    for entry in (
+        SimulatorEntry("opendc", "whatif_bench.simulators.opendc", 30, "OpenDC data centre"),
+        SimulatorEntry("gridlabd", "whatif_bench.simulators.gridlabd", 14, "GridLAB-D feeder"),
+        SimulatorEntry("epanet", "whatif_bench.simulators.epanet", 32, "EPANET Net1"),
+        SimulatorEntry("sumo", "whatif_bench.simulators.sumo", 30, "SUMO intersection"),
+    )
+}
+
+
+def get_simulator(name: str) -> SimulatorEntry:
+    """The catalogue entry of ``name``; the error lists the valid names."""
+    try:
+        return SIMULATORS[name]
+    except KeyError:
+        raise WhatIfError(
+            f"unknown simulator {name!r}; expected one of {list(SIMULATORS)}"
+        ) from None

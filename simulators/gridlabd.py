@@ -181,6 +181,15 @@ def _read_recorder(path: Path, n_steps: int) -> np.ndarray:
     return np.array([[float(v) for v in row.split(",")[1:]] for row in rows[:n_steps]])
 
 
+def require_house_temperatures(series: dict[str, np.ndarray]) -> None:
+    """Raise if a house temperature is NaN, GridLAB-D's symptom of missing weather data."""
+    for name in ("air_temperature", "mass_temperature"):
+        if np.isnan(series[name]).any():
+            raise SimulatorError(
+                f"GridLAB-D's {name} is NaN: the house model needs a weather (TMY) file"
+            )
+
+
 def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) -> Baselines:
     """Run the feeder for ``days`` and return the 11 GridLAB-D targets at 60 s."""
     gridlabd = _engine()
@@ -206,11 +215,7 @@ def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) ->
 
     series = {name: house[:, i].copy() for i, name in enumerate(HOUSE_TARGETS)}
     series["actual_power"] = load[:, 0].copy()
-    for name in ("air_temperature", "mass_temperature"):
-        if np.isnan(series[name]).any():
-            raise SimulatorError(
-                f"GridLAB-D's {name} is NaN: the house model needs a weather (TMY) file"
-            )
+    require_house_temperatures(series)
     for name in STATE_TARGETS:
         series[name] = series[name] + 1.0  # 0/1 indicators stored as 1/2, never at 0
     order = [

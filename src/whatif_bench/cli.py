@@ -24,6 +24,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"whatif-bench {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _relationships_parser(subparsers)
+    from whatif_bench.simulators import cli as sim_cli
+
+    sim_cli.add_simulate_arguments(
+        subparsers.add_parser("simulate", help="run simulators and write a baselines file")
+    )
+    sim_cli.add_baselines_arguments(
+        subparsers.add_parser("baselines", help="inspect or plot a baselines file")
+    )
     generate = subparsers.add_parser("generate", help="regenerate the task corpus (not built yet)")
     generate.set_defaults(handler=_not_built("generate", 4))
     return parser

@@ -1,0 +1,104 @@
+"""``whatif simulate`` and ``whatif baselines {info,plot}``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from whatif_bench.errors import WhatIfError
+
+
+def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
+    from whatif_bench.simulators.catalog import SIMULATORS
+
+    parser.add_argument("--simulator", required=True, choices=[*SIMULATORS, "all"])
+    parser.add_argument("--out", required=True, help="baselines HDF5 file to write")
+    parser.add_argument(
+        "--days", type=float, help="simulated days (default: each simulator's base run)"
+    )
+    parser.add_argument("--trace", help="OpenDC: folder of a Bitbrains trace (<vm>.csv files)")
+    parser.add_argument("--image", help="OpenDC: Docker image that runs OpenDC")
+    parser.set_defaults(handler=_simulate)
+
+
+def add_baselines_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    info = sub.add_parser("info", help="summarise a baselines file")
+    info.add_argument("file", nargs="?", help="baselines file (default: the shipped one)")
+    info.set_defaults(handler=_info)
+    plot = sub.add_parser("plot", help="one PNG overview per simulator")
+    plot.add_argument("file", nargs="?", help="baselines file (default: the shipped one)")
+    plot.add_argument("--out", required=True, help="folder for the PNG files")
+    plot.set_defaults(handler=_plot)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from whatif_bench.simulators.base import SimulatorUnavailable
+    from whatif_bench.simulators.catalog import SIMULATORS
+    from whatif_bench.simulators.store import write_baselines
+
+    names = list(SIMULATORS) if args.simulator == "all" else [args.simulator]
+    results, skipped = [], []
+    progress = tqdm(names, desc="simulating", unit="simulator", file=sys.stderr)
+    for name in progress:
+        entry = SIMULATORS[name]
+        progress.set_description(f"running {name}")
+        options = {"days": args.days if args.days else entry.default_days}
+        if name == "opendc":
+            options.update(trace=args.trace, image=args.image)
+        started = time.perf_counter()
+        try:
+            baselines = entry.runner()(**options)
+        except SimulatorUnavailable as exc:
+            if args.simulator != "all":
+                raise
+            skipped.append(name)
+            progress.write(f"warning: skipping {name}: {exc}", file=sys.stderr)
+            continue
+        progress.write(
+            f"{name}: {len(baselines.series)} series x {baselines.n_steps} steps in "
+            f"{time.perf_counter() - started:.1f} s (hash {baselines.content_hash()[:12]})",
+            file=sys.stderr,
+        )
+        results.append(baselines)
+    if not results:
+        raise WhatIfError("no simulator could run; nothing written")
+    path = write_baselines(args.out, results)
+    print(
+        f"wrote {path} ({', '.join(b.simulator for b in results)})"
+        + (f"; skipped {', '.join(skipped)}" if skipped else "")
+    )
+    return 0
+
+
+def _path(args: argparse.Namespace) -> Path:
+    from whatif_bench.simulators.store import shipped_baselines_path
+
+    return Path(args.file) if args.file else shipped_baselines_path()
+
+
+def _info(args: argparse.Namespace) -> int:
+    from whatif_bench.simulators.store import read_baselines
+
+    path = _path(args)
+    for name, item in read_baselines(path).items():
+        print(
+            f"{name:<9} {len(item.series):>3} series x {item.n_steps:>6} steps of {item.interval_s:>4} s  "
+            f"{item.simulator_version}  hash {item.content_hash()[:12]}"
+        )
+        if item.notes:
+            print(f"          {item.notes}")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from whatif_bench.simulators.plot import plot_overview
+    from whatif_bench.simulators.store import read_baselines
+
+    for name, item in read_baselines(_path(args)).items():
+        print(f"wrote {plot_overview(item, Path(args.out) / f'{name}.png')}")
+    return 0

@@ -1,0 +1,42 @@
+"""``whatif simulate`` and ``whatif baselines`` through the real command line."""
+
+from __future__ import annotations
+
+from tests.conftest import run_whatif
+from whatif_bench.simulators import read_baselines
+
+
+def test_simulate_one_simulator_writes_a_verified_file(tmp_path):
+    out = tmp_path / "epanet.h5"
+    result = run_whatif("simulate", "--simulator", "epanet", "--days", "1", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    baselines = read_baselines(out)["epanet"]
+    assert baselines.n_steps == 288
+    assert "epanet: 37 series x 288 steps" in result.stderr
+
+
+def test_simulate_all_skips_what_cannot_run_here_with_a_warning(tmp_path):
+    out = tmp_path / "all.h5"
+    result = run_whatif("simulate", "--simulator", "all", "--days", "0.5", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "warning: skipping opendc" in result.stderr
+    assert set(read_baselines(out)) == {"epanet", "gridlabd", "sumo"}
+
+
+def test_info_and_plot(tmp_path):
+    out = tmp_path / "b.h5"
+    run_whatif(
+        "simulate", "--simulator", "gridlabd", "--days", "0.5", "--out", str(out), check=True
+    )
+    info = run_whatif("baselines", "info", str(out), check=True).stdout
+    assert "gridlabd" in info and "11 series x    720 steps" in info
+    run_whatif("baselines", "plot", str(out), "--out", str(tmp_path / "png"), check=True)
+    png = (tmp_path / "png" / "gridlabd.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_unknown_or_corrupt_baselines_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.h5"
+    bad.write_text("nope")
+    result = run_whatif("baselines", "info", str(bad))
+    assert result.returncode == 1 and "not a readable HDF5 file" in result.stderr

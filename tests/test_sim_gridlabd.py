@@ -1,0 +1,70 @@
+"""GridLAB-D on the single-house feeder: real short runs, repeatable, physically sensible."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from whatif_bench.simulators import gridlabd
+from whatif_bench.simulators.base import SimulatorError, SimulatorUnavailable
+
+
+@pytest.fixture(scope="module")
+def three_days():
+    return gridlabd.run(days=3)
+
+
+def test_short_run_has_the_11_registry_targets(three_days, registry):
+    assert three_days.n_steps == 3 * 1440 and three_days.interval_s == 60
+    assert set(three_days.series) == {r.target for r in registry.relationships("gridlabd")}
+
+
+def test_runs_are_repeatable(three_days):
+    assert gridlabd.run(days=3).content_hash() == three_days.content_hash()
+
+
+def test_covariate_base_values_match_the_registry(three_days, registry):
+    spec = {c.name: c.base_value for c in registry.simulators["gridlabd"].covariates}
+    assert three_days.covariate_base_values == pytest.approx(spec)
+
+
+def test_hvac_cycles_and_temperatures_stay_near_the_set_points(three_days):
+    hvac = three_days.series["hvac_load"] > 0.01
+    assert np.count_nonzero(np.diff(hvac.astype(int))) >= 10, "the HVAC should cycle on and off"
+    air = three_days.series["air_temperature"]
+    assert 60 - 2 < air.min() and air.max() < 77 + 3  # heating 60 F, cooling 77 F, deadband 1.6 F
+    assert np.all(three_days.series["heating_demand"] > 0)
+
+
+def test_indicators_are_stored_plus_one(three_days):
+    for name in gridlabd.STATE_TARGETS:
+        assert set(np.unique(three_days.series[name])) <= {1.0, 2.0}
+    assert three_days.series["is_HEAT_on"].max() == 2.0  # a January week needs heat
+
+
+def test_series_are_finite_and_vary(three_days):
+    for name, values in three_days.series.items():
+        assert np.all(np.isfinite(values)) and np.ptp(values) > 0, name
+
+
+def test_nan_house_temperatures_are_reported_as_missing_weather():
+    series = {
+        "air_temperature": np.array([70.0, np.nan]),
+        "mass_temperature": np.array([70.0, 70.0]),
+    }
+    with pytest.raises(
+        SimulatorError, match="air_temperature is NaN: the house model needs a weather"
+    ):
+        gridlabd.require_house_temperatures(series)
+
+
+def test_a_missing_weather_file_stops_the_run(monkeypatch):
+    monkeypatch.setattr(gridlabd, "WEATHER_FILE", "absent.csv")
+    with pytest.raises(SimulatorUnavailable, match="ships no absent.csv"):
+        gridlabd.run(days=0.1)
+
+
+def test_the_model_reads_pvlibs_greensboro_tmy3_file():
+    path = gridlabd.weather_path()
+    assert path.name == "723170TYA.CSV" and path.read_text().startswith("723170")
+    assert 'tmyfile "weather.tmy3"' in gridlabd.render_glm("2000-01-02 00:00:00")

@@ -59,6 +59,10 @@ class Baselines:
     def n_steps(self) -> int:
         return len(next(iter(self.series.values()))) if self.series else 0
 
+    def time_s(self) -> np.ndarray:
+        """Seconds since ``start`` of every step, shape (n_steps,)."""
+        return np.arange(self.n_steps, dtype=np.int64) * self.interval_s
+
     def content_hash(self) -> str:
         """SHA-256 of the series, their names, units, timing, base values and input files."""
         digest = hashlib.sha256()

@@ -5,6 +5,7 @@ Layout (format ``whatif-baselines`` version 1)::
     /                      attrs: format, format_version, toolkit_version, content_hash
     /<simulator>/          attrs: simulator_version, interval_s, start, n_steps, notes,
                                   content_hash, covariate_base_values (JSON)
+    /<simulator>/time_s            int64 (n_steps,): seconds since ``start`` of each step
     /<simulator>/series/<target>   float64 (n_steps,), attrs: unit
     /<simulator>/inputs/<file>     the exact text of each input file of the base setting
 
@@ -69,6 +70,7 @@ def write_baselines(path: str | os.PathLike, baselines: Iterable[Baselines]) -> 
                 group.attrs["notes"] = item.notes
                 group.attrs["content_hash"] = item.content_hash()
                 group.attrs["covariate_base_values"] = json.dumps(item.covariate_base_values)
+                group.create_dataset("time_s", data=item.time_s())
                 series = group.create_group("series", track_order=True)
                 for name, values in item.series.items():
                     dataset = series.create_dataset(
@@ -123,6 +125,10 @@ def read_baselines(path: str | os.PathLike, verify: bool = True) -> dict[str, Ba
                     inputs=inputs,
                     notes=str(group.attrs["notes"]),
                 )
+                if not np.array_equal(group["time_s"][()], item.time_s()):
+                    raise BaselinesFileError(
+                        f"{path}: simulator {simulator!r}: timestamps are inconsistent"
+                    )
                 if verify and item.content_hash() != group.attrs["content_hash"]:
                     raise BaselinesFileError(
                         f"{path}: simulator {simulator!r}: content does not match its recorded hash "

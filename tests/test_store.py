@@ -110,3 +110,10 @@ def test_a_rejected_write_keeps_the_earlier_file(tmp_path):
     with pytest.raises(BaselinesFileError, match="each simulator may appear once"):
         write_baselines(tmp_path / "c.h5", [make(), make()])
     assert read_baselines(tmp_path / "c.h5")["toy"].content_hash() == make().content_hash()
+
+
+def test_each_step_has_its_timestamp(tmp_path):
+    path = write_baselines(tmp_path / "b.h5", [make(n=5)])
+    with h5py.File(path) as h5:
+        assert h5["toy/time_s"][()].tolist() == [0, 60, 120, 180, 240]
+        assert h5["toy"].attrs["start"] == "2000-01-01T00:00:00"

@@ -32,17 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim_cli.add_baselines_arguments(
         subparsers.add_parser("baselines", help="inspect or plot a baselines file")
     )
-    generate = subparsers.add_parser("generate", help="regenerate the task corpus (not built yet)")
-    generate.set_defaults(handler=_not_built("generate", 4))
+    from whatif_bench.generator import cli as gen_cli
+
+    gen_cli.add_arguments(subparsers)
     return parser
-
-
-def _not_built(command: str, issue: int):
-    def handler(args: argparse.Namespace) -> int:
-        print(f"whatif {command}: not implemented yet (tracked in issue {issue})", file=sys.stderr)
-        return 2
-
-    return handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,154 @@
+"""``whatif generate``, ``whatif info``, ``whatif verify`` and ``whatif show``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from whatif_bench.errors import WhatIfError
+
+
+def add_arguments(subparsers) -> None:
+    generate = subparsers.add_parser("generate", help="regenerate the task corpus")
+    generate.add_argument("--baselines", help="baselines file (default: the shipped one)")
+    generate.add_argument("--out", default="whatif-corpus.h5", help="corpus file to write")
+    generate.add_argument("--simulators", nargs="+", default=[], metavar="SIM")
+    generate.add_argument(
+        "--targets",
+        nargs="+",
+        default=[],
+        metavar="TARGET",
+        help="targets as NAME or SIMULATOR/NAME (default: all with baselines)",
+    )
+    generate.add_argument("--seed", type=int, default=0, help="master seed (default 0)")
+    generate.add_argument(
+        "--jobs", type=int, default=0, help="worker processes (default: all cores)"
+    )
+    generate.set_defaults(handler=_generate)
+
+    info = subparsers.add_parser("info", help="counts by simulator, future and axis; pass rate")
+    info.add_argument("file")
+    info.add_argument("--json", action="store_true")
+    info.set_defaults(handler=_info)
+
+    verify = subparsers.add_parser("verify", help="rebuild every task from its recipe and compare")
+    verify.add_argument("file")
+    verify.set_defaults(handler=_verify)
+
+    show = subparsers.add_parser("show", help="print one task (and plot it)")
+    show.add_argument("task_id")
+    show.add_argument("--corpus", required=True)
+    show.add_argument("--plot", metavar="PNG", help="draw history, both futures and covariates")
+    show.set_defaults(handler=_show)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import time
+
+    from whatif_bench.generator.sweep import GenerationConfig, generate
+    from whatif_bench.simulators.store import shipped_baselines_path
+
+    if args.seed < 0:
+        raise WhatIfError(f"--seed must be >= 0, got {args.seed}")
+    if args.jobs < 0:
+        raise WhatIfError(f"--jobs must be >= 0, got {args.jobs}")
+    config = GenerationConfig(
+        baselines=args.baselines or str(shipped_baselines_path()),
+        out=args.out,
+        seed=args.seed,
+        simulators=tuple(args.simulators),
+        targets=tuple(args.targets),
+        jobs=args.jobs,
+    )
+    started = time.perf_counter()
+    path = generate(config, progress=True)
+    from whatif_bench.generator.corpus import Corpus
+    from whatif_bench.generator.summary import format_summary, summarise
+
+    with Corpus(path) as corpus:
+        print(format_summary(summarise(corpus)).splitlines()[0])
+    print(f"wrote {path} in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from whatif_bench.generator.corpus import Corpus
+    from whatif_bench.generator.summary import format_summary, summarise
+
+    with Corpus(args.file) as corpus:
+        summary = summarise(corpus)
+    if args.json:
+        json.dump(summary, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from whatif_bench.generator.checking import verify_corpus
+
+    report = verify_corpus(args.file)
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for problem in report.problems:
+        print(problem)
+    verdict = (
+        "every pair rebuilt bit for bit" if report.ok else f"{len(report.problems)} problem(s)"
+    )
+    print(f"verified {report.checked:,} pairs: {verdict}")
+    return 0 if report.ok else 1
+
+
+def _show(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from whatif_bench.generator.corpus import Corpus
+
+    with Corpus(args.corpus) as corpus:
+        try:
+            task = corpus[args.task_id]
+        except KeyError as exc:
+            raise WhatIfError(str(exc.args[0])) from None
+        recipe = task.recipe
+        print(f"{task.task_id}")
+        print(
+            f"  context {task.context_length} steps, prediction {task.prediction_length} steps "
+            f"of {task.interval_s} s; window starts at baseline step {task.start_step}"
+        )
+        print(
+            f"  covariates (K={task.k}): "
+            + ", ".join(
+                f"{c} ({shape}, base {base:g})"
+                for c, shape, base in zip(
+                    task.covariates, recipe["shapes"], recipe["base_values"], strict=True
+                )
+            )
+        )
+        print(
+            f"  {len(recipe['event_starts'])} history events of {recipe['event_length']} steps "
+            f"at {recipe['event_starts']}"
+        )
+        for start, direction, factors in zip(
+            recipe["event_starts"], recipe["directions"], recipe["factors"], strict=True
+        ):
+            print(
+                f"    step {start:>5} {'up  ' if direction > 0 else 'down'} "
+                f"factors {np.round(factors, 4).tolist()}"
+            )
+        print(
+            f"  future ({task.future}) factors {np.round(recipe['future_factors'], 4).tolist()}"
+            + (f" (copied from event {recipe['replay_source']})" if task.future == "replay" else "")
+        )
+        print(
+            f"  history target mean {task.history_target.mean():.6g}; future target mean "
+            f"{task.future_target.mean():.6g} vs counterfactual {task.counterfactual_future.mean():.6g}"
+        )
+        if args.plot:
+            from whatif_bench.generator.plotting import plot_task
+
+            other = "novel" if task.future == "replay" else "replay"
+            pair_id = task.task_id.rsplit("/", 1)[0]
+            print(f"wrote {plot_task(task, corpus[f'{pair_id}/{other}'], args.plot)}")
+    return 0

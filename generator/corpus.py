@@ -1,0 +1,296 @@
+"""Reading a corpus: filter by axes, iterate, or fetch one task by id in O(1).
+
+A task id is ``<simulator>/<target>/K<k>-<C>-L<l>-<E>/<future>``, e.g.
+``sumo/flow_loop_e_0_near/K3-C2-L128-Emax/novel``. All task arrays are float32; the exact
+float64 baselines are in the file too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from whatif_bench.errors import WhatIfError
+from whatif_bench.generator.axes import FUTURES, HistoryLayout
+from whatif_bench.generator.recipe import PairKey, Recipe
+
+FORMAT = "whatif-corpus"
+
+
+class CorpusError(WhatIfError):
+    """A corpus file is missing, incomplete, of another format, or damaged."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One forecasting task: what a model sees, the truth, and how it was made."""
+
+    task_id: str
+    future: str
+    simulator: str
+    target: str
+    k: int
+    c_label: str
+    event_length: int
+    e_setting: str
+    covariates: tuple[str, ...]
+    units: dict[str, str]
+    interval_s: int
+    start_step: int  # window start within the baseline series
+    history_target: np.ndarray  # (C,)
+    history_covariates: np.ndarray  # (K, C)
+    future_covariates: np.ndarray  # (K, H) the what-if scenario
+    future_target: np.ndarray  # (H,) ground truth under the scenario
+    counterfactual_history: np.ndarray  # (C,) the target without any event
+    counterfactual_future: np.ndarray  # (H,)
+    recipe: dict = field(repr=False)
+
+    @property
+    def context_length(self) -> int:
+        return int(self.history_target.size)
+
+    @property
+    def prediction_length(self) -> int:
+        return int(self.future_target.size)
+
+    def timestamps(self, start: str = "2000-01-01T00:00:00") -> pd.DatetimeIndex:
+        """Timestamps of the whole window (history then future)."""
+        first = pd.Timestamp(start) + pd.Timedelta(seconds=self.start_step * self.interval_s)
+        return pd.date_range(
+            first,
+            periods=self.context_length + self.prediction_length,
+            freq=pd.Timedelta(seconds=self.interval_s),
+        )
+
+
+class Corpus:
+    """A corpus file, or a filtered view of one."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        _index: pd.DataFrame | None = None,
+        _futures: tuple[str, ...] = FUTURES,
+        _file=None,
+    ) -> None:
+        import h5py
+
+        self.path = Path(path)
+        if _file is None:
+            if not self.path.is_file():
+                raise CorpusError(f"{self.path}: no such corpus file")
+            try:
+                _file = h5py.File(self.path, "r")
+            except OSError as exc:
+                raise CorpusError(f"{self.path}: not a readable HDF5 file ({exc})") from None
+            if _file.attrs.get("format") != FORMAT:
+                _file.close()
+                raise CorpusError(f"{self.path}: not a WhatIf-Bench corpus")
+            if not bool(_file.attrs.get("complete", False)):
+                _file.close()
+                raise CorpusError(
+                    f"{self.path}: incomplete corpus (an interrupted run?); generate it again"
+                )
+        self._h5 = _file
+        self.pairs = _index if _index is not None else self._read_index()
+        self.futures = _futures
+        self._rows = {pid: i for i, pid in enumerate(self.pairs["pair_id"])}
+        self._relationships: dict[tuple[str, str], dict] = {}
+
+    # ---- index ---------------------------------------------------------------------
+    def _read_index(self) -> pd.DataFrame:
+        try:
+            group = self._h5["pairs"]
+            columns = {}
+            for name, dataset in group.items():
+                values = dataset[()]
+                if values.dtype.kind == "O":
+                    values = values.astype(str)
+                columns[name] = values
+        except KeyError as exc:
+            raise CorpusError(f"{self.path}: damaged corpus, missing {exc}") from None
+        frame = pd.DataFrame(columns)
+        frame.insert(0, "row", np.arange(len(frame)))
+        return frame
+
+    @property
+    def attrs(self) -> dict:
+        """File-level provenance: version, config, seed, baselines and registry hashes."""
+        return {key: (v.item() if hasattr(v, "item") else v) for key, v in self._h5.attrs.items()}
+
+    def tasks_frame(self) -> pd.DataFrame:
+        """One row per kept task of this view (a pandas view of the index)."""
+        kept = self.pairs[self.pairs["kept"]]
+        frames = []
+        for future in self.futures:
+            frame = kept.copy()
+            frame.insert(0, "future", future)
+            frame.insert(0, "task_id", frame["pair_id"] + "/" + future)
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True) if frames else kept.iloc[0:0]
+
+    def filter(
+        self, simulator=None, target=None, future=None, K=None, C=None, ell=None, E=None
+    ) -> Corpus:
+        """A view restricted to the given axis values (each a value or a list of values)."""
+
+        def as_list(value):
+            return (
+                None
+                if value is None
+                else (list(value) if isinstance(value, list | tuple | set) else [value])
+            )
+
+        pairs = self.pairs
+        for column, value in (
+            ("simulator", simulator),
+            ("target", target),
+            ("k", K),
+            ("c_label", C),
+            ("event_length", ell),
+            ("e_setting", E),
+        ):
+            values = as_list(value)
+            if values is not None:
+                pairs = pairs[pairs[column].isin(values)]
+        futures = (
+            self.futures
+            if future is None
+            else tuple(f for f in self.futures if f in as_list(future))
+        )
+        unknown = set(as_list(future) or []) - set(FUTURES)
+        if unknown:
+            raise CorpusError(f"unknown future type(s) {sorted(unknown)}; expected {list(FUTURES)}")
+        return Corpus(self.path, pairs.reset_index(drop=True), futures, self._h5)
+
+    def __len__(self) -> int:
+        return int(self.pairs["kept"].sum()) * len(self.futures)
+
+    def task_ids(self) -> list[str]:
+        return self.tasks_frame()["task_id"].tolist()
+
+    def __iter__(self) -> Iterator[Task]:
+        for task_id in self.task_ids():
+            yield self[task_id]
+
+    # ---- one task ----------------------------------------------------------------------
+    def __getitem__(self, task_id: str) -> Task:
+        pair_id, _, future = task_id.rpartition("/")
+        if future not in self.futures or pair_id not in self._rows:
+            raise KeyError(f"no task {task_id!r} in this corpus view")
+        row = self.pairs.iloc[self._rows[pair_id]]
+        if not row["kept"]:
+            raise KeyError(f"task {task_id!r} was dropped by verification ({row['drop_reason']})")
+        return self._task(row, future)
+
+    def _relationship_summary(self, simulator: str, target: str) -> dict:
+        key = (simulator, target)
+        if key not in self._relationships:
+            self._relationships[key] = json.loads(
+                self._h5["baselines"][simulator][target].attrs["relationship"]
+            )
+        return self._relationships[key]
+
+    def baseline(self, simulator: str, target: str) -> np.ndarray:
+        """The full float64 baseline series the corpus was built from."""
+        return self._h5["baselines"][simulator][target][()]
+
+    def _slice(self, name: str, offset: int, size: int) -> np.ndarray:
+        return self._h5["data"][name][offset : offset + size]
+
+    def _task(self, row, future: str) -> Task:
+        k, context, prediction = int(row["k"]), int(row["context"]), int(row["prediction"])
+        index = FUTURES.index(future)
+        history_target = self._slice("history_target", int(row["history_target_offset"]), context)
+        history_covariates = self._slice(
+            "history_covariates", int(row["history_covariates_offset"]), k * context
+        ).reshape(k, context)
+        futures = self._slice("future_target", int(row["future_target_offset"]), 2 * prediction)
+        future_covariates = self._slice(
+            "future_covariates", int(row["future_covariates_offset"]), 2 * k * prediction
+        ).reshape(2, k, prediction)
+        start = int(row["window_start"])
+        baseline = self._h5["baselines"][row["simulator"]][row["target"]]
+        window = baseline[start : start + context + prediction].astype(np.float32)
+        summary = self._relationship_summary(row["simulator"], row["target"])
+        covariates = tuple(summary["covariates"][:k])
+        units = {row["target"]: str(baseline.attrs["unit"])}
+        recipe = self.recipe(row)
+        return Task(
+            task_id=f"{row['pair_id']}/{future}",
+            future=future,
+            simulator=row["simulator"],
+            target=row["target"],
+            k=k,
+            c_label=row["c_label"],
+            event_length=int(row["event_length"]),
+            e_setting=row["e_setting"],
+            covariates=covariates,
+            units=units,
+            interval_s=int(self._h5["baselines"][row["simulator"]].attrs["interval_s"]),
+            start_step=start,
+            history_target=history_target,
+            history_covariates=history_covariates,
+            future_covariates=future_covariates[index],
+            future_target=futures[index * prediction : (index + 1) * prediction],
+            counterfactual_history=window[:context],
+            counterfactual_future=window[context:],
+            recipe={
+                "window_start": start,
+                "event_starts": list(recipe.layout.starts),
+                "event_length": recipe.layout.event_length,
+                "directions": recipe.directions.tolist(),
+                "factors": recipe.factors.tolist(),
+                "replay_source": recipe.replay_source,
+                "future_factors": (
+                    recipe.replay_factors if future == "replay" else recipe.novel_factors
+                ).tolist(),
+                "shapes": [summary["shape"][c] for c in covariates],
+                "base_values": [summary["base_value"][c] for c in covariates],
+            },
+        )
+
+    def recipe(self, row) -> Recipe:
+        """The stored recipe of one pair (a row of ``pairs``)."""
+        k, n_events = int(row["k"]), int(row["n_events"])
+        e0, f0, k0 = int(row["event_offset"]), int(row["factor_offset"]), int(row["kfactor_offset"])
+        events, futures = self._h5["events"], self._h5["futures"]
+        layout = HistoryLayout(
+            int(row["context"]),
+            int(row["prediction"]),
+            int(row["event_length"]),
+            tuple(int(s) for s in events["start"][e0 : e0 + n_events]),
+        )
+        key = PairKey(
+            row["simulator"],
+            row["target"],
+            k,
+            row["c_label"],
+            int(row["event_length"]),
+            row["e_setting"],
+        )
+        return Recipe(
+            key=key,
+            layout=layout,
+            window_start=int(row["window_start"]),
+            directions=events["direction"][e0 : e0 + n_events].astype(np.int8),
+            factors=events["factors"][f0 : f0 + n_events * k].reshape(n_events, k),
+            replay_source=int(row["replay_source"]),
+            replay_factors=futures["replay_factors"][k0 : k0 + k],
+            novel_factors=futures["novel_factors"][k0 : k0 + k],
+        )
+
+    def close(self) -> None:
+        self._h5.close()
+
+    def __enter__(self) -> Corpus:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

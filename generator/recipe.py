@@ -1,0 +1,112 @@
+"""A pair's recipe: every number needed to rematerialise its history and both futures exactly.
+
+``draw_recipe`` makes the random choices of SPEC §5 from the pair's own stream, in a fixed
+order: window start, then per event a direction and one factor per covariate, then the Replay
+source event, then the Novel factors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from whatif_bench.generator.axes import HistoryLayout, layout
+from whatif_bench.generator.seeds import pair_rng
+from whatif_bench.relationships.engine import Relationship
+from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
+
+
+@dataclass(frozen=True)
+class PairKey:
+    """The axes that name a history (a pair of Replay and Novel tasks)."""
+
+    simulator: str
+    target: str
+    k: int
+    c_label: str
+    event_length: int
+    e_setting: str
+
+    @property
+    def pair_id(self) -> str:
+        return f"{self.simulator}/{self.target}/K{self.k}-{self.c_label}-L{self.event_length}-{self.e_setting}"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that fixes one pair's arrays (factors per event and covariate, in order)."""
+
+    key: PairKey
+    layout: HistoryLayout
+    window_start: int
+    directions: np.ndarray  # (E,) +1 the event pushes the target up, -1 down
+    factors: np.ndarray  # (E, K)
+    replay_source: int
+    replay_factors: np.ndarray  # (K,)
+    novel_factors: np.ndarray  # (K,)
+
+    @property
+    def n_events(self) -> int:
+        return len(self.layout.starts)
+
+
+def _history_factors(rng: np.random.Generator, relationship: Relationship, k: int, n_events: int):
+    pool = np.asarray(relationship.history_pool)
+    above, below = pool[pool > 1.0], pool[pool < 1.0]
+    signs = [c.sign for c in relationship.covariates[:k]]
+    directions = np.empty(n_events, dtype=np.int8)
+    factors = np.empty((n_events, k))
+    for e in range(n_events):
+        up = True if relationship.only_increase else bool(rng.integers(2))
+        directions[e] = 1 if up else -1
+        for c, sign in enumerate(signs):
+            rises = (sign > 0) == up  # this covariate's factor must exceed 1 to push that way
+            choices = above if rises else below
+            factors[e, c] = choices[rng.integers(choices.size)]
+    return directions, factors
+
+
+def _novel_factors(rng: np.random.Generator, relationship: Relationship, factors: np.ndarray):
+    novel = np.empty(factors.shape[1])
+    for c, info in enumerate(relationship.covariates[: factors.shape[1]]):
+        if info.sign > 0:
+            novel[c] = factors[:, c].max() + rng.uniform(*NOVEL_OFFSET)
+        else:
+            novel[c] = factors[:, c].min() * rng.uniform(*NOVEL_SCALE)
+    return novel
+
+
+def draw_recipe(
+    key: PairKey,
+    relationship: Relationship,
+    context: int,
+    prediction: int,
+    baseline_length: int,
+    master_seed: int,
+) -> Recipe:
+    """Draw one pair's recipe from its own random stream."""
+    history = layout(context, prediction, key.event_length, key.e_setting)
+    latest_start = baseline_length - history.window
+    if latest_start < 0:
+        from whatif_bench.generator.axes import AxisError
+
+        raise AxisError(
+            f"{key.pair_id}: a window of {history.window} steps does not fit the "
+            f"{baseline_length}-step baseline"
+        )
+    rng = pair_rng(master_seed, key.pair_id)
+    window_start = int(rng.integers(latest_start + 1))
+    directions, factors = _history_factors(rng, relationship, key.k, len(history.starts))
+    replay_source = int(rng.integers(len(history.starts)))
+    novel = _novel_factors(rng, relationship, factors)
+    return Recipe(
+        key=key,
+        layout=history,
+        window_start=window_start,
+        directions=directions,
+        factors=factors,
+        replay_source=replay_source,
+        replay_factors=factors[replay_source].copy(),
+        novel_factors=novel,
+    )

@@ -1,0 +1,61 @@
+"""Which targets to generate: the registry's targets whose simulator has baselines."""
+
+from __future__ import annotations
+
+from whatif_bench.generator.axes import C4
+from whatif_bench.relationships.registry import load_registry
+from whatif_bench.simulators.base import Baselines
+from whatif_bench.simulators.store import read_baselines
+
+
+def select_targets(config) -> list[tuple[object, Baselines]]:
+    """(relationship, baselines) for every selected target, in registry order.
+
+    ``config.simulators`` and ``config.targets`` narrow the selection; targets may be given
+    as ``target`` or ``simulator/target``. Unknown names and empty selections raise.
+    """
+    from whatif_bench.generator.sweep import GenerationError
+
+    baselines = read_baselines(config.baselines)
+    registry = load_registry()
+    for simulator in config.simulators:
+        if simulator not in registry.simulators:
+            raise GenerationError(
+                f"unknown simulator {simulator!r}; known: {list(registry.simulators)}"
+            )
+        if simulator not in baselines:
+            raise GenerationError(
+                f"{config.baselines} has no baselines for {simulator!r} (it has {sorted(baselines)})"
+            )
+    available = [
+        rel
+        for rel in registry
+        if rel.simulator in baselines
+        and (not config.simulators or rel.simulator in config.simulators)
+    ]
+    if config.targets:
+        wanted = set()
+        for name in config.targets:
+            matches = [r for r in available if name in (r.target, f"{r.simulator}/{r.target}")]
+            if not matches:
+                raise GenerationError(
+                    f"unknown target {name!r}; choose from "
+                    f"{sorted(f'{r.simulator}/{r.target}' for r in available)}"
+                )
+            if len(matches) > 1:
+                raise GenerationError(f"target {name!r} is ambiguous; write simulator/target")
+            wanted.add((matches[0].simulator, matches[0].target))
+        available = [r for r in available if (r.simulator, r.target) in wanted]
+    if not available:
+        raise GenerationError("the selection is empty: no target has baselines to build tasks from")
+    selection = []
+    for rel in available:
+        if rel.simulator not in C4:
+            raise GenerationError(f"simulator {rel.simulator!r} has no C4 axis setting")
+        item = baselines[rel.simulator]
+        if rel.target not in item.series:
+            raise GenerationError(
+                f"{config.baselines}: no baseline series for {rel.simulator}/{rel.target}"
+            )
+        selection.append((rel, item))
+    return selection

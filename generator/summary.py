@@ -1,0 +1,66 @@
+"""``whatif info``: counts by simulator, future type and each axis, and the pass rate."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from whatif_bench.generator.corpus import Corpus
+
+AXES = {"simulator": "simulator", "K": "k", "C": "c_label", "ell": "event_length", "E": "e_setting"}
+
+
+def summarise(corpus: Corpus) -> dict:
+    """Generated, kept and dropped counts overall, by axis and by drop reason."""
+    pairs = corpus.pairs
+    n_futures = len(corpus.futures)
+
+    def counts(frame: pd.DataFrame) -> dict:
+        generated = len(frame) * n_futures
+        kept = int(frame["kept"].sum()) * n_futures
+        return {
+            "generated": generated,
+            "kept": kept,
+            "pass_rate": round(kept / generated, 4) if generated else None,
+        }
+
+    by_axis = {
+        axis: {str(value): counts(group) for value, group in pairs.groupby(column, sort=True)}
+        for axis, column in AXES.items()
+    }
+    by_future = {
+        future: counts(pairs) | {"tasks": int(pairs["kept"].sum())} for future in corpus.futures
+    }
+    reasons = pairs.loc[~pairs["kept"], "drop_reason"].value_counts().to_dict()
+    attrs = corpus.attrs
+    return {
+        "file": str(corpus.path),
+        "toolkit_version": attrs.get("toolkit_version"),
+        "master_seed": attrs.get("master_seed"),
+        "baselines_hash": attrs.get("baselines_hash"),
+        "targets": int(pairs[["simulator", "target"]].drop_duplicates().shape[0]),
+        "pairs": {"generated": len(pairs), "kept": int(pairs["kept"].sum())},
+        "tasks": counts(pairs),
+        "by_future": by_future,
+        "dropped_pairs_by_reason": {str(k): int(v) for k, v in reasons.items()},
+        "by_axis": by_axis,
+    }
+
+
+def format_summary(summary: dict) -> str:
+    lines = [
+        f"{summary['file']}: {summary['tasks']['kept']:,} of {summary['tasks']['generated']:,} tasks kept "
+        f"({summary['tasks']['pass_rate']:.1%}) over {summary['targets']} targets; seed {summary['master_seed']}, "
+        f"toolkit {summary['toolkit_version']}",
+        "dropped pairs by reason: "
+        + (
+            ", ".join(f"{k} event {v}" for k, v in summary["dropped_pairs_by_reason"].items())
+            or "none"
+        ),
+    ]
+    for axis, table in summary["by_axis"].items():
+        cells = ", ".join(
+            f"{value}: {c['kept']:,}/{c['generated']:,} ({c['pass_rate']:.0%})"
+            for value, c in table.items()
+        )
+        lines.append(f"by {axis}: {cells}")
+    return "\n".join(lines)

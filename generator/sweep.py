@@ -1,0 +1,174 @@
+"""The sweep: every target x K x C x l x E, drawn, materialised, verified, streamed to HDF5.
+
+Work is split by target (200 pairs each) over joblib workers; results come back in the
+canonical order and are written by the main process, so the file does not depend on the
+number of workers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from whatif_bench.errors import WhatIfError
+from whatif_bench.generator import axes
+from whatif_bench.generator.materialise import STORE_DTYPE, materialise
+from whatif_bench.generator.recipe import PairKey, Recipe, draw_recipe
+from whatif_bench.generator.verification import THRESHOLD, future_ratio, history_ratios
+from whatif_bench.relationships.engine import Relationship
+
+
+class GenerationError(WhatIfError):
+    """Generation cannot start or cannot finish (bad selection, bad baselines, bad output path)."""
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """What to generate; recorded in the corpus file."""
+
+    baselines: str
+    out: str
+    seed: int = 0
+    simulators: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    jobs: int = 0  # 0 = all cores
+
+    def recorded(self) -> dict:
+        """The parts of the config that determine the content (not paths or worker counts)."""
+        return {
+            "seed": self.seed,
+            "simulators": list(self.simulators),
+            "targets": list(self.targets),
+        }
+
+
+@dataclass
+class PairResult:
+    """One generated pair: its recipe, the verification outcome and (if kept) its arrays."""
+
+    recipe: Recipe
+    history_ratios: np.ndarray
+    replay_ratio: float
+    novel_ratio: float
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def drop_reason(self) -> str:
+        if np.any(self.history_ratios < THRESHOLD):
+            return "history"
+        if self.replay_ratio < THRESHOLD:
+            return "replay"
+        if self.novel_ratio < THRESHOLD:
+            return "novel"
+        return ""
+
+    @property
+    def kept(self) -> bool:
+        return self.drop_reason == ""
+
+
+def pair_keys(relationship: Relationship) -> Iterator[tuple[PairKey, int, int]]:
+    """Every (pair key, context, prediction) of one target, in the canonical order."""
+    for k in range(1, relationship.max_k + 1):
+        for c_label, (context, prediction) in axes.contexts(relationship.simulator).items():
+            for event_length in axes.EVENT_LENGTHS:
+                for e_setting in axes.E_SETTINGS:
+                    key = PairKey(
+                        relationship.simulator,
+                        relationship.target,
+                        k,
+                        c_label,
+                        event_length,
+                        e_setting,
+                    )
+                    yield key, context, prediction
+
+
+def build_pair(recipe: Recipe, relationship: Relationship, baseline: np.ndarray) -> PairResult:
+    """Materialise and verify one recipe; keep float32 arrays only when every event passes."""
+    arrays = materialise(recipe, relationship, baseline)
+    layout = recipe.layout
+    past = arrays.baseline[: layout.context]
+    future_baseline = arrays.baseline[layout.context :]
+    result = PairResult(
+        recipe=recipe,
+        history_ratios=history_ratios(
+            arrays.history_target, past, layout.starts, layout.event_length
+        ),
+        replay_ratio=future_ratio(
+            arrays.future_targets["replay"], future_baseline, layout.event_length
+        ),
+        novel_ratio=future_ratio(
+            arrays.future_targets["novel"], future_baseline, layout.event_length
+        ),
+    )
+    if result.kept:
+        result.arrays = {
+            "history_target": arrays.history_target.astype(STORE_DTYPE),
+            "history_covariates": arrays.history_covariates.astype(STORE_DTYPE),
+            "future_target": np.concatenate(
+                [arrays.future_targets["replay"], arrays.future_targets["novel"]]
+            ).astype(STORE_DTYPE),
+            "future_covariates": np.stack(
+                [arrays.future_covariates["replay"], arrays.future_covariates["novel"]]
+            ).astype(STORE_DTYPE),
+        }
+    return result
+
+
+def generate_target(
+    relationship: Relationship, baseline: np.ndarray, seed: int
+) -> list[PairResult]:
+    """All 200 pairs of one target (run inside a worker)."""
+    results = []
+    for key, context, prediction in pair_keys(relationship):
+        recipe = draw_recipe(key, relationship, context, prediction, baseline.size, seed)
+        results.append(build_pair(recipe, relationship, baseline))
+    return results
+
+
+def default_jobs() -> int:
+    return max(
+        1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )
+
+
+def generate(config: GenerationConfig, progress: bool = True) -> Path:
+    """Run the whole sweep and write the corpus file atomically; returns its path."""
+    from whatif_bench.generator.selection import select_targets
+    from whatif_bench.generator.writer import CorpusWriter
+
+    selection = select_targets(config)
+    jobs = config.jobs or default_jobs()
+    with CorpusWriter(config, selection) as writer:
+        for relationship, results in _run(selection, config.seed, jobs, progress):
+            writer.add_target(relationship, results)
+    return writer.path
+
+
+def _run(selection, seed: int, jobs: int, progress: bool):
+    from joblib import Parallel, delayed
+    from tqdm import tqdm
+
+    tasks = (
+        delayed(generate_target)(rel, baseline.series[rel.target], seed)
+        for rel, baseline in selection
+    )
+    if jobs == 1:
+        outputs = (
+            generate_target(rel, baseline.series[rel.target], seed) for rel, baseline in selection
+        )
+    else:
+        outputs = Parallel(n_jobs=jobs, return_as="generator", batch_size=1)(tasks)
+    bar = tqdm(total=len(selection), desc="generating", unit="target", disable=not progress)
+    try:
+        for (relationship, _), results in zip(selection, outputs, strict=True):
+            bar.set_postfix_str(f"{relationship.simulator}/{relationship.target}")
+            yield relationship, results
+            bar.update()
+    finally:
+        bar.close()

@@ -1,0 +1,231 @@
+"""Writing the corpus: one HDF5 file, streamed target by target, renamed when complete.
+
+See ``docs/CORPUS_FORMAT.md`` for the layout. Every dataset is written without timestamps and
+in a fixed order, so the same config gives a byte-identical file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from whatif_bench._version import __version__
+from whatif_bench.generator import axes
+from whatif_bench.generator.sweep import GenerationError, PairResult
+from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
+from whatif_bench.relationships.registry import builtin_spec_texts
+from whatif_bench.simulators.store import combined_hash
+
+FORMAT = "whatif-corpus"
+FORMAT_VERSION = 1
+CHUNK = 16384
+DATA_DATASETS = ("history_target", "history_covariates", "future_target", "future_covariates")
+
+
+def registry_hash() -> str:
+    """SHA-256 of the shipped relationship spec files (the relationships the corpus used)."""
+    digest = hashlib.sha256()
+    for source, text in builtin_spec_texts():
+        digest.update(source.encode() + b"\0" + text.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def axes_description() -> dict:
+    return {
+        "futures": list(axes.FUTURES),
+        "K": list(axes.K_VALUES),
+        "contexts": {sim: axes.contexts(sim) for sim in sorted(axes.C4)},
+        "event_lengths": list(axes.EVENT_LENGTHS),
+        "E_settings": list(axes.E_SETTINGS),
+        "fewest_events": axes.FEWEST_EVENTS,
+        "max_events": axes.MAX_EVENTS,
+        "min_gap": axes.MIN_GAP,
+        "prefix_share": axes.PREFIX_SHARE,
+        "buffer_share": axes.BUFFER_SHARE,
+        "novel_offset": list(NOVEL_OFFSET),
+        "novel_scale": list(NOVEL_SCALE),
+        "threshold": 0.10,
+    }
+
+
+class CorpusWriter:
+    """Context manager: open a temporary file, add targets in order, rename on success."""
+
+    def __init__(self, config, selection) -> None:
+        self.config = config
+        self.selection = selection
+        self.path = Path(config.out)
+        self.tmp = self.path.with_name(f".{self.path.name}.partial")
+        self.columns: dict[str, list] = {}
+        self.events: dict[str, list] = {"start": [], "direction": [], "ratio": []}
+        self.factors: list[np.ndarray] = []
+        self.future_factors: dict[str, list[np.ndarray]] = {"replay": [], "novel": []}
+        self.offsets = dict.fromkeys(DATA_DATASETS, 0)
+        self.event_offset = 0
+        self.factor_offset = 0
+        self.kfactor_offset = 0
+
+    def __enter__(self) -> CorpusWriter:
+        import h5py
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.tmp.exists():
+            self.tmp.unlink()  # an earlier run was interrupted; start over
+        self.h5 = h5py.File(self.tmp, "w", track_order=True)
+        self.h5.attrs["format"] = FORMAT
+        self.h5.attrs["format_version"] = FORMAT_VERSION
+        self.h5.attrs["complete"] = False
+        data = self.h5.create_group("data")
+        for name in DATA_DATASETS:
+            data.create_dataset(
+                name,
+                shape=(0,),
+                maxshape=(None,),
+                dtype=np.float32,
+                chunks=(CHUNK,),
+                compression="gzip",
+                compression_opts=1,
+                shuffle=True,
+                track_times=False,
+            )
+        self._write_baselines()
+        return self
+
+    def _write_baselines(self) -> None:
+        group = self.h5.create_group("baselines", track_order=True)
+        seen = {}
+        for relationship, baselines in self.selection:
+            seen[baselines.simulator] = baselines
+            sim = group.require_group(baselines.simulator)
+            sim.attrs["interval_s"] = baselines.interval_s
+            sim.attrs["start"] = baselines.start
+            sim.attrs["simulator_version"] = baselines.simulator_version
+            sim.attrs["content_hash"] = baselines.content_hash()
+            dataset = sim.create_dataset(
+                relationship.target, data=baselines.series[relationship.target], track_times=False
+            )
+            dataset.attrs["unit"] = relationship.unit
+            dataset.attrs["relationship"] = json.dumps(relationship.summary())
+        self.baselines_hash = combined_hash(seen.values())
+
+    def add_target(self, relationship, results: list[PairResult]) -> None:
+        """Append one target's pairs (in canonical order)."""
+        chunks = {name: [] for name in DATA_DATASETS}
+        for result in results:
+            self._add_row(result)
+            for name in DATA_DATASETS:
+                if result.kept:
+                    chunks[name].append(result.arrays[name].reshape(-1))
+        for name, parts in chunks.items():
+            if parts:
+                block = np.concatenate(parts)
+                dataset = self.h5["data"][name]
+                dataset.resize((dataset.shape[0] + block.size,))
+                dataset[-block.size :] = block
+
+    def _add_row(self, result: PairResult) -> None:
+        recipe = result.recipe
+        key, layout = recipe.key, recipe.layout
+        k, context, prediction = key.k, layout.context, layout.prediction
+        row = {
+            "pair_id": key.pair_id,
+            "simulator": key.simulator,
+            "target": key.target,
+            "c_label": key.c_label,
+            "e_setting": key.e_setting,
+            "k": k,
+            "event_length": key.event_length,
+            "n_events": recipe.n_events,
+            "context": context,
+            "prediction": prediction,
+            "window_start": recipe.window_start,
+            "replay_source": recipe.replay_source,
+            "kept": result.kept,
+            "drop_reason": result.drop_reason,
+            "min_history_ratio": float(result.history_ratios.min()),
+            "replay_ratio": result.replay_ratio,
+            "novel_ratio": result.novel_ratio,
+            "event_offset": self.event_offset,
+            "factor_offset": self.factor_offset,
+            "kfactor_offset": self.kfactor_offset,
+        }
+        sizes = {
+            "history_target": context,
+            "history_covariates": k * context,
+            "future_target": 2 * prediction,
+            "future_covariates": 2 * k * prediction,
+        }
+        for name in DATA_DATASETS:
+            row[f"{name}_offset"] = self.offsets[name] if result.kept else -1
+            if result.kept:
+                self.offsets[name] += sizes[name]
+        for column, value in row.items():
+            self.columns.setdefault(column, []).append(value)
+        self.events["start"].extend(layout.starts)
+        self.events["direction"].extend(recipe.directions.tolist())
+        self.events["ratio"].extend(result.history_ratios.tolist())
+        self.factors.append(recipe.factors.reshape(-1))
+        self.future_factors["replay"].append(recipe.replay_factors)
+        self.future_factors["novel"].append(recipe.novel_factors)
+        self.event_offset += recipe.n_events
+        self.factor_offset += recipe.factors.size
+        self.kfactor_offset += k
+
+    def _finish(self) -> None:
+        import h5py
+
+        if not self.columns:
+            raise GenerationError("nothing was generated")
+        pairs = self.h5.create_group("pairs", track_order=True)
+        for column, values in self.columns.items():
+            if isinstance(values[0], str):
+                data = np.array(values, dtype=h5py.string_dtype("utf-8"))
+            elif isinstance(values[0], bool | np.bool_):
+                data = np.array(values, dtype=bool)
+            elif isinstance(values[0], float):
+                data = np.array(values, dtype=np.float64)
+            else:
+                data = np.array(values, dtype=np.int64)
+            pairs.create_dataset(column, data=data, track_times=False)
+        events = self.h5.create_group("events", track_order=True)
+        events.create_dataset(
+            "start", data=np.array(self.events["start"], dtype=np.int32), track_times=False
+        )
+        events.create_dataset(
+            "direction", data=np.array(self.events["direction"], dtype=np.int8), track_times=False
+        )
+        events.create_dataset(
+            "ratio", data=np.array(self.events["ratio"], dtype=np.float64), track_times=False
+        )
+        events.create_dataset("factors", data=np.concatenate(self.factors), track_times=False)
+        futures = self.h5.create_group("futures", track_order=True)
+        for name, parts in self.future_factors.items():
+            futures.create_dataset(f"{name}_factors", data=np.concatenate(parts), track_times=False)
+        kept = np.array(self.columns["kept"])
+        attrs = self.h5.attrs
+        attrs["toolkit_version"] = __version__
+        attrs["master_seed"] = self.config.seed
+        attrs["config"] = json.dumps(self.config.recorded(), sort_keys=True)
+        attrs["axes"] = json.dumps(axes_description(), sort_keys=True)
+        attrs["baselines_hash"] = self.baselines_hash
+        attrs["registry_hash"] = registry_hash()
+        attrs["n_pairs"] = int(kept.size)
+        attrs["n_pairs_kept"] = int(kept.sum())
+        attrs["n_tasks_generated"] = int(2 * kept.size)
+        attrs["n_tasks_kept"] = int(2 * kept.sum())
+        attrs["complete"] = True
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                self._finish()
+        finally:
+            self.h5.close()
+            if exc_type is None and self.h5 is not None:
+                os.replace(self.tmp, self.path)
+            elif self.tmp.exists():
+                self.tmp.unlink()

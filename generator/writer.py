@@ -76,23 +76,28 @@ class CorpusWriter:
         if self.tmp.exists():
             self.tmp.unlink()  # an earlier run was interrupted; start over
         self.h5 = h5py.File(self.tmp, "w", track_order=True)
-        self.h5.attrs["format"] = FORMAT
-        self.h5.attrs["format_version"] = FORMAT_VERSION
-        self.h5.attrs["complete"] = False
-        data = self.h5.create_group("data")
-        for name in DATA_DATASETS:
-            data.create_dataset(
-                name,
-                shape=(0,),
-                maxshape=(None,),
-                dtype=np.float32,
-                chunks=(CHUNK,),
-                compression="gzip",
-                compression_opts=1,
-                shuffle=True,
-                track_times=False,
-            )
-        self._write_baselines()
+        try:
+            self.h5.attrs["format"] = FORMAT
+            self.h5.attrs["format_version"] = FORMAT_VERSION
+            self.h5.attrs["complete"] = False
+            data = self.h5.create_group("data")
+            for name in DATA_DATASETS:
+                data.create_dataset(
+                    name,
+                    shape=(0,),
+                    maxshape=(None,),
+                    dtype=np.float32,
+                    chunks=(CHUNK,),
+                    compression="gzip",
+                    compression_opts=1,
+                    shuffle=True,
+                    track_times=False,
+                )
+            self._write_baselines()
+        except BaseException:  # also Ctrl-C: never leave a partial file behind
+            self.h5.close()
+            self.tmp.unlink(missing_ok=True)
+            raise
         return self
 
     def _write_baselines(self) -> None:
@@ -220,12 +225,14 @@ class CorpusWriter:
         attrs["complete"] = True
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        finished = False
         try:
             if exc_type is None:
                 self._finish()
+                finished = True
         finally:
             self.h5.close()
-            if exc_type is None and self.h5 is not None:
+            if finished:
                 os.replace(self.tmp, self.path)
-            elif self.tmp.exists():
-                self.tmp.unlink()
+            else:
+                self.tmp.unlink(missing_ok=True)

@@ -47,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WhatIfError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted; nothing was written", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         return 0
 

@@ -1,0 +1,74 @@
+"""History layouts follow SPEC §5 for every (C, l, E), and every window fits its baseline."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from whatif_bench.generator import axes
+from whatif_bench.simulators import read_baselines, shipped_baselines_path
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    context=st.integers(600, 9000),
+    prediction=st.integers(16, 900),
+    event_length=st.sampled_from(axes.EVENT_LENGTHS),
+    setting=st.sampled_from(axes.E_SETTINGS),
+)
+def test_layout_rules_hold_for_any_context(context, prediction, event_length, setting):
+    layout = axes.layout(context, prediction, event_length, setting)
+    starts = layout.starts
+    assert layout.context >= context
+    assert starts[0] >= 0.40 * layout.context  # observational prefix
+    for first, second in zip(starts, starts[1:], strict=False):
+        assert second - (first + event_length) >= axes.MIN_GAP  # gap after each event
+    last_end = starts[-1] + event_length
+    assert (
+        layout.context - last_end >= axes.MIN_GAP
+    )  # the last event is followed by 32 free steps too
+    assert layout.context - last_end >= 0.02 * layout.context  # end buffer
+    n = len(starts)
+    assert (n == 1) if setting == "Efew" else (2 <= n <= 64)
+    if layout.context > context:  # extended only when needed, and minimally
+        assert axes.usable_length(layout.context - 1) < n * (event_length + axes.MIN_GAP)
+
+
+def test_most_events_fill_the_context():
+    layout = axes.layout(4096, 512, 32, "Emax")
+    assert len(layout.starts) == axes.usable_length(4096) // (32 + 32)
+    assert len(axes.layout(8000, 864, 32, "Emax").starts) == 64  # capped
+
+
+def test_c1_is_extended_for_two_events_of_512_as_in_the_paper():
+    layout = axes.layout(1024, 128, 512, "Emax")
+    assert len(layout.starts) == 2
+    assert layout.context == 1877  # the paper reports 1,876 (rounding of the 40 % / 2 % shares)
+
+
+def test_future_event_is_cut_by_the_window_end():
+    assert axes.layout(1024, 128, 512, "Efew").future_length == 128
+    assert axes.layout(1024, 128, 64, "Efew").future_length == 64
+
+
+@pytest.mark.parametrize("simulator", ["epanet", "gridlabd", "sumo"])
+def test_every_window_fits_the_shipped_baseline(simulator):
+    length = read_baselines(shipped_baselines_path())[simulator].n_steps
+    for context, prediction in axes.contexts(simulator).values():
+        for event_length in axes.EVENT_LENGTHS:
+            for setting in axes.E_SETTINGS:
+                assert axes.layout(context, prediction, event_length, setting).window <= length
+
+
+def test_c4_lengths_follow_the_spec():
+    for simulator in ("epanet", "gridlabd", "sumo", "opendc"):
+        context, prediction = axes.contexts(simulator)["C4"]
+        assert 7000 <= context <= 8000 and 512 <= prediction <= 864
+
+
+def test_unknown_settings_are_rejected():
+    with pytest.raises(axes.AxisError, match="no C4 setting for simulator 'toy'"):
+        axes.contexts("toy")
+    with pytest.raises(axes.AxisError, match="unknown E setting"):
+        axes.event_count(1024, 32, "Esome")

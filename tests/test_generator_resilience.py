@@ -1,0 +1,127 @@
+"""Interrupted runs never leave a file that looks complete; bad input fails clearly, writing nothing."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+
+from tests.conftest import run_whatif, whatif_executable
+from whatif_bench.generator import Corpus
+from whatif_bench.simulators import read_baselines, shipped_baselines_path, write_baselines
+from whatif_bench.simulators.base import Baselines
+
+
+def test_a_killed_run_leaves_no_corpus_and_the_next_run_finishes(tmp_path):
+    out = tmp_path / "corpus.h5"
+    partial = tmp_path / ".corpus.h5.partial"
+    command = [
+        *whatif_executable(),
+        "generate",
+        "--simulators",
+        "sumo",
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not partial.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before it could be interrupted"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not out.exists()
+    # the next run starts over from the stale partial file and completes
+    result = run_whatif(
+        "generate", "--targets", "sumo/flow_loop_e_0_near", "--out", str(out), "--jobs", "1"
+    )
+    assert result.returncode == 0, result.stderr
+    assert not partial.exists()
+    with Corpus(out) as corpus:
+        assert len(corpus.pairs) == 200
+
+
+def test_ctrl_c_leaves_no_corpus(tmp_path):
+    out = tmp_path / "corpus.h5"
+    partial = tmp_path / ".corpus.h5.partial"
+    command = [
+        *whatif_executable(),
+        "generate",
+        "--simulators",
+        "sumo",
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not partial.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=60)
+    assert process.returncode != 0
+    assert not out.exists() and not partial.exists()
+
+
+def _fails(tmp_path, *args, message):
+    out = tmp_path / "never.h5"
+    result = run_whatif("generate", "--out", str(out), *args)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert not out.exists() and not (tmp_path / ".never.h5.partial").exists()
+
+
+def test_unknown_target(tmp_path):
+    _fails(tmp_path, "--targets", "sumo/CO3", message="unknown target 'sumo/CO3'")
+
+
+def test_empty_selection(tmp_path):
+    _fails(tmp_path, "--simulators", "opendc", message="has no baselines for 'opendc'")
+
+
+def test_unknown_simulator(tmp_path):
+    _fails(tmp_path, "--simulators", "matlab", message="unknown simulator 'matlab'")
+
+
+def test_unreadable_baselines(tmp_path):
+    bad = tmp_path / "bad.h5"
+    bad.write_text("garbage")
+    _fails(tmp_path, "--baselines", str(bad), message="not a readable HDF5 file")
+    _fails(tmp_path, "--baselines", str(tmp_path / "absent.h5"), message="no such baselines file")
+
+
+def test_nan_in_a_baseline(tmp_path):
+    path = tmp_path / "nan.h5"
+    epanet = read_baselines(shipped_baselines_path())["epanet"]
+    write_baselines(path, [epanet])
+    with h5py.File(path, "r+") as h5:
+        data = h5["epanet/series/pressure_10"][()]
+        data[100] = np.nan
+        del h5["epanet/series/pressure_10"]
+        h5["epanet/series"].create_dataset("pressure_10", data=data).attrs["unit"] = "psi"
+    _fails(
+        tmp_path,
+        "--baselines",
+        str(path),
+        message="epanet/pressure_10: non-finite value nan at step 100",
+    )
+
+
+def test_bad_numbers(tmp_path):
+    _fails(tmp_path, "--seed", "-1", message="--seed must be >= 0")
+    _fails(tmp_path, "--jobs", "-2", message="--jobs must be >= 0")
+
+
+def test_a_baseline_too_short_for_the_axes(tmp_path):
+    short = read_baselines(shipped_baselines_path())["epanet"]
+    cut = Baselines(**{**short.__dict__, "series": {k: v[:3000] for k, v in short.series.items()}})
+    path = tmp_path / "short.h5"
+    write_baselines(path, [cut])
+    _fails(tmp_path, "--baselines", str(path), message="does not fit the 3000-step baseline")

@@ -50,9 +50,8 @@ def main() -> None:
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
     print(f"workers               {args.jobs or default_jobs()} (cores: {os.cpu_count()})")
-    print(
-        f"tasks                 {tasks_generated:,} generated, {tasks_kept:,} kept ({tasks_kept / tasks_generated:.1%})"
-    )
+    share = tasks_kept / tasks_generated
+    print(f"tasks                 {tasks_generated:,} generated, {tasks_kept:,} kept ({share:.1%})")
     print(f"wall time             {seconds:.1f} s")
     print(f"throughput            {tasks_generated / seconds:,.0f} tasks/s generated and verified")
     print(f"file size             {size_mb:,.0f} MB")

@@ -14,7 +14,9 @@ def test_default_corpus_is_generated_and_verifies(tmp_path):
     result = run_whatif("generate", "--out", str(out))
     assert result.returncode == 0, result.stderr
     with Corpus(out) as corpus:
-        assert len(corpus.pairs) == 77 * 200  # every target with shipped baselines, 200 histories each
+        assert (
+            len(corpus.pairs) == 77 * 200
+        )  # every target with shipped baselines, 200 histories each
         assert corpus.attrs["n_tasks_generated"] == 30_800
         kept = corpus.attrs["n_tasks_kept"]
         assert len(corpus) == kept and 0 < kept <= 30_800

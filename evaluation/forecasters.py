@@ -1,0 +1,271 @@
+"""The forecaster protocol and the baseline forecasters of SPEC §8.
+
+A forecaster receives a batch of ``TaskInput`` (numpy arrays only) and returns one
+``Forecast`` per task: a point forecast (H,), or quantiles (H, 9) at the levels 0.1 … 0.9.
+To score your own model, implement ``predict``::
+
+    class MyModel:
+        name = "my-model"
+        def predict(self, batch: list[TaskInput]) -> list[Forecast]:
+            return [Forecast(point=np.full(t.prediction_length, t.history_target.mean()))
+                    for t in batch]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
+
+
+@dataclass(frozen=True)
+class TaskInput:
+    """What a model may see: the history and the future covariates (the what-if scenario)."""
+
+    history_target: np.ndarray  # (C,)
+    history_covariates: np.ndarray  # (K, C)
+    future_covariates: np.ndarray  # (K, H)
+
+    @property
+    def prediction_length(self) -> int:
+        return int(self.future_covariates.shape[1])
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A point forecast (H,) and/or quantiles (H, 9) at ``QUANTILE_LEVELS``."""
+
+    point: np.ndarray | None = None
+    quantiles: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.point is None and self.quantiles is None:
+            raise ValueError("a forecast needs a point forecast or quantiles")
+        for name in ("point", "quantiles"):
+            value = getattr(self, name)
+            if value is not None and not np.all(np.isfinite(value)):
+                raise ValueError(f"the {name} forecast has non-finite values")
+        if self.quantiles is not None and np.asarray(self.quantiles).shape[-1] != len(
+            QUANTILE_LEVELS
+        ):
+            raise ValueError(
+                f"quantiles must have {len(QUANTILE_LEVELS)} columns (levels {QUANTILE_LEVELS})"
+            )
+
+
+class Forecaster(Protocol):
+    """Anything with a ``name`` and a batch ``predict``."""
+
+    name: str
+
+    def predict(self, batch: list[TaskInput]) -> list[Forecast]: ...
+
+
+class Naive:
+    """Repeats the last observed value; ignores covariates."""
+
+    name = "naive"
+
+    def predict(self, batch: list[TaskInput]) -> list[Forecast]:
+        return [
+            Forecast(point=np.full(t.prediction_length, float(t.history_target[-1]))) for t in batch
+        ]
+
+
+def _standardise(history: np.ndarray, future: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Covariates (K, T) scaled by their history mean and standard deviation (rows: time)."""
+    mean = history.mean(axis=1, keepdims=True)
+    std = history.std(axis=1, keepdims=True)
+    std[std == 0] = 1.0
+    return ((history - mean) / std).T, ((future - mean) / std).T
+
+
+def _ridge_fit_predict(x: np.ndarray, y: np.ndarray, x_new: np.ndarray, alpha: float) -> np.ndarray:
+    """Least squares (alpha = 0) or ridge with an unpenalised intercept."""
+    x_mean, y_mean = x.mean(axis=0), y.mean()
+    xc, yc = x - x_mean, y - y_mean
+    if alpha == 0.0:
+        coef, *_ = np.linalg.lstsq(xc, yc, rcond=None)
+    else:
+        gram = xc.T @ xc + alpha * np.eye(x.shape[1])
+        coef = np.linalg.solve(gram, xc.T @ yc)
+    return y_mean + (x_new - x_mean) @ coef
+
+
+class LinearRegression:
+    """Ordinary least squares of the target on the covariates at the same step."""
+
+    name = "linear"
+    alpha = 0.0
+
+    def predict(self, batch: list[TaskInput]) -> list[Forecast]:
+        out = []
+        for t in batch:
+            x, x_new = _standardise(
+                t.history_covariates.astype(np.float64), t.future_covariates.astype(np.float64)
+            )
+            y = t.history_target.astype(np.float64)
+            out.append(Forecast(point=_ridge_fit_predict(x, y, x_new, self.alpha)))
+        return out
+
+
+class RidgeRegression(LinearRegression):
+    """Ridge regression, strength 10, covariates standardised on the history."""
+
+    name = "ridge"
+    alpha = 10.0
+
+
+XGBOOST_PARAMS = {
+    "objective": "reg:squarederror",
+    "max_depth": 6,
+    "eta": 0.05,
+    "subsample": 0.9,
+    "colsample_bytree": 0.9,
+    "tree_method": "hist",
+}
+XGBOOST_TREES = 150
+
+
+def _xgboost_fit_predict(
+    x: np.ndarray, y: np.ndarray, x_new: np.ndarray, seed: int, threads: int
+) -> np.ndarray:
+    """Fit 150 boosted trees on (x, y) with xgboost's own API and predict x_new."""
+    try:
+        import xgboost
+    except ImportError as exc:
+        raise ImportError(
+            "install xgboost (pip install xgboost-cpu) to use the xgboost baselines"
+        ) from exc
+    params = {**XGBOOST_PARAMS, "seed": seed, "nthread": threads}
+    booster = xgboost.train(params, xgboost.DMatrix(x, label=y), num_boost_round=XGBOOST_TREES)
+    return booster.predict(xgboost.DMatrix(x_new)).astype(np.float64)
+
+
+class XGBoost:
+    """Gradient-boosted trees: 150 trees, depth 6, learning rate 0.05, row/column subsampling 0.9."""
+
+    name = "xgboost"
+
+    def __init__(self, seed: int = 0, threads: int = 1) -> None:
+        self.seed, self.threads = seed, threads
+
+    def predict(self, batch: list[TaskInput]) -> list[Forecast]:
+        return [
+            Forecast(
+                point=_xgboost_fit_predict(
+                    t.history_covariates.T,
+                    t.history_target,
+                    t.future_covariates.T,
+                    self.seed,
+                    self.threads,
+                )
+            )
+            for t in batch
+        ]
+
+
+FEATURES = ("z_future", "z_future_lag", "z_origin", "z_delta", "target_stats", "horizon")
+
+
+class TunedPairs:
+    """The appendix's (origin, horizon) family: rows are (tau, h) pairs sampled from the history.
+
+    Features (switchable): ``z_future`` = z_{t+h}, ``z_future_lag`` = z_{t+h-1}, ``z_origin`` =
+    z_t, ``z_delta`` = z_{t+h} - z_t, ``target_stats`` = mean, std and slope of the last 32
+    target values before the origin, ``horizon`` = h. Target: y_{t+h}. Regressor: ridge (alpha
+    10, standardised features) or xgboost.
+    """
+
+    WINDOW = 32
+
+    def __init__(
+        self,
+        features: tuple[str, ...] = FEATURES,
+        regressor: str = "ridge",
+        max_rows: int = 8000,
+        seed: int = 0,
+    ) -> None:
+        unknown = sorted(set(features) - set(FEATURES))
+        if unknown:
+            raise ValueError(f"unknown feature(s) {unknown}; choose from {list(FEATURES)}")
+        if regressor not in ("ridge", "xgboost"):
+            raise ValueError(f"regressor must be 'ridge' or 'xgboost', got {regressor!r}")
+        self.features, self.regressor, self.max_rows, self.seed = (
+            tuple(features),
+            regressor,
+            max_rows,
+            seed,
+        )
+        self.name = f"tuned-{regressor}"
+
+    def _rows(
+        self, z: np.ndarray, y: np.ndarray, origins: np.ndarray, horizons: np.ndarray
+    ) -> np.ndarray:
+        """Feature matrix for (origin, horizon) pairs; ``z`` is (T, K) over the whole window."""
+        parts = []
+        ahead = origins + horizons
+        if "z_future" in self.features:
+            parts.append(z[ahead])
+        if "z_future_lag" in self.features:
+            parts.append(z[ahead - 1])
+        if "z_origin" in self.features:
+            parts.append(z[origins])
+        if "z_delta" in self.features:
+            parts.append(z[ahead] - z[origins])
+        if "target_stats" in self.features:
+            window = np.stack([y[o - self.WINDOW + 1 : o + 1] for o in origins])
+            steps = np.arange(self.WINDOW) - (self.WINDOW - 1) / 2
+            slope = (window - window.mean(axis=1, keepdims=True)) @ steps / (steps @ steps)
+            parts.append(np.column_stack([window.mean(axis=1), window.std(axis=1), slope]))
+        if "horizon" in self.features:
+            parts.append(horizons[:, None].astype(np.float64))
+        return np.column_stack(parts) if parts else np.zeros((origins.size, 0))
+
+    def predict(self, batch: list[TaskInput]) -> list[Forecast]:
+        out = []
+        for index, t in enumerate(batch):
+            y = t.history_target.astype(np.float64)
+            context, horizon = y.size, t.prediction_length
+            z = np.concatenate([t.history_covariates, t.future_covariates], axis=1).T.astype(
+                np.float64
+            )
+            rng = np.random.default_rng([self.seed, index, context, horizon])
+            first = self.WINDOW - 1
+            origins = rng.integers(first, context - 1, self.max_rows)
+            horizons = rng.integers(1, np.minimum(horizon, context - 1 - origins) + 1)
+            x = self._rows(z, y, origins, horizons)
+            target = y[origins + horizons]
+            last = np.full(horizon, context - 1)
+            x_new = self._rows(
+                z, np.concatenate([y, np.zeros(horizon)]), last, np.arange(1, horizon + 1)
+            )
+            if self.regressor == "ridge":
+                scale = x.std(axis=0)
+                scale[scale == 0] = 1.0
+                point = _ridge_fit_predict(x / scale, target, x_new / scale, 10.0)
+            else:
+                point = _xgboost_fit_predict(x, target, x_new, self.seed, 1)
+            out.append(Forecast(point=point))
+        return out
+
+
+BASELINES = {
+    "naive": Naive,
+    "linear": LinearRegression,
+    "ridge": RidgeRegression,
+    "xgboost": XGBoost,
+    "tuned-ridge": lambda: TunedPairs(regressor="ridge"),
+    "tuned-xgboost": lambda: TunedPairs(regressor="xgboost"),
+}
+
+
+def make_forecaster(name: str) -> Forecaster:
+    """A baseline by name; the error lists the valid names."""
+    try:
+        return BASELINES[name]()
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; baselines: {list(BASELINES)}") from None

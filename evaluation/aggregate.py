@@ -41,8 +41,10 @@ def win_rates(errors: pd.DataFrame, reference: str) -> pd.Series:
     relative = relative_errors(errors, reference).to_numpy()
     a, b = relative[:, :, None], relative[:, None, :]
     wins = (a < b).mean(axis=0) + 0.5 * (a == b).mean(axis=0)
-    np.fill_diagonal(wins, np.nan)
-    return pd.Series(np.nanmean(wins, axis=1), index=errors.columns, name="win_rate")
+    np.fill_diagonal(wins, 0.0)
+    others = relative.shape[1] - 1  # a model is not compared with itself
+    rates = wins.sum(axis=1) / others if others else np.full(relative.shape[1], np.nan)
+    return pd.Series(rates, index=errors.columns, name="win_rate")
 
 
 def leaderboard(errors: pd.DataFrame, reference: str) -> pd.DataFrame:

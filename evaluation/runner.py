@@ -49,11 +49,12 @@ class EvaluationResult:
 
 
 def select_tasks(frame: pd.DataFrame, subset: float | None, seed: int = 0) -> pd.DataFrame:
-    """All tasks, or a stratified sample: ``ceil(fraction x n)`` tasks of every axis combination."""
-    if subset is None or subset >= 1.0:
-        return frame.reset_index(drop=True)
-    if not 0.0 < subset < 1.0:
+    """All tasks, or a stratified sample: ``ceil(fraction x n)`` of the tasks of every combination
+    of simulator, future, K, C, l and E (the strata hold one task per target)."""
+    if subset is not None and not 0.0 < subset <= 1.0:
         raise EvaluationError(f"--subset must be a fraction in (0, 1], got {subset}")
+    if subset is None or subset == 1.0:
+        return frame.reset_index(drop=True)
     rng = np.random.default_rng(seed)
     keep = []
     for _, group in frame.groupby(STRATA, sort=True):

@@ -15,9 +15,13 @@ fev_metrics = pytest.importorskip("fev.metrics")
 def fev_compute(metric, y_true, point, quantiles, levels):
     horizon = y_true.size
     return metric.compute(
-        y_true=y_true.reshape(1, horizon, 1), y_pred=point.reshape(1, horizon, 1),
-        y_past=np.ones((1, 4, 1)), y_past_lengths=np.array([4]),
-        q_pred=quantiles.reshape(1, horizon, 1, len(levels)), seasonality=1, quantile_levels=list(levels),
+        y_true=y_true.reshape(1, horizon, 1),
+        y_pred=point.reshape(1, horizon, 1),
+        y_past=np.ones((1, 4, 1)),
+        y_past_lengths=np.array([4]),
+        q_pred=quantiles.reshape(1, horizon, 1, len(levels)),
+        seasonality=1,
+        quantile_levels=list(levels),
     )
 
 
@@ -42,8 +46,12 @@ def test_equal_to_fev(horizon, seed, offset):
     y = rng.normal(offset, 5.0, horizon)
     quantiles = np.sort(rng.normal(offset, 5.0, (horizon, len(QUANTILE_LEVELS))), axis=1)
     point = quantiles[:, 4]
-    assert wql(y, quantiles) == pytest.approx(fev_compute(fev_metrics.WQL(), y, point, quantiles, QUANTILE_LEVELS), rel=1e-12)
-    assert wape(y, point) == pytest.approx(fev_compute(fev_metrics.WAPE(), y, point, quantiles, QUANTILE_LEVELS), rel=1e-12)
+    assert wql(y, quantiles) == pytest.approx(
+        fev_compute(fev_metrics.WQL(), y, point, quantiles, QUANTILE_LEVELS), rel=1e-12
+    )
+    assert wape(y, point) == pytest.approx(
+        fev_compute(fev_metrics.WAPE(), y, point, quantiles, QUANTILE_LEVELS), rel=1e-12
+    )
     assert score(y, point, None)["wql"] == pytest.approx(
         fev_compute(fev_metrics.WQL(), y, point, point[:, None], (0.5,)), rel=1e-12
     )

@@ -1,0 +1,161 @@
+"""``whatif evaluate`` end to end on a real (small) corpus: errors, tables, plots, resuming."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import run_whatif
+from whatif_bench.evaluation import Forecast, evaluate
+from whatif_bench.evaluation.runner import STRATA, EvaluationError, select_tasks
+from whatif_bench.generator import Corpus, GenerationConfig, generate
+from whatif_bench.simulators import shipped_baselines_path
+
+
+@pytest.fixture(scope="module")
+def corpus_path(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("eval-corpus")
+    config = GenerationConfig(
+        baselines=str(shipped_baselines_path()),
+        out=str(folder / "c.h5"),
+        targets=("sumo/flow_loop_e_0_near", "epanet/pressure_10"),
+        jobs=1,
+    )
+    return generate(config, progress=False)
+
+
+class MeanOfHistory:
+    """A user model: the history mean, as a point forecast."""
+
+    name = "history-mean"
+
+    def predict(self, batch):
+        return [
+            Forecast(point=np.full(t.prediction_length, float(t.history_target.mean())))
+            for t in batch
+        ]
+
+
+def test_evaluate_scores_every_task_and_writes_reports(tmp_path, corpus_path):
+    out = tmp_path / "eval"
+    result = evaluate(
+        corpus_path, ["naive", "linear", "ridge", MeanOfHistory()], out, subset=0.1, progress=False
+    )
+    per_task = pd.read_parquet(out / "per_task.parquet")
+    n_tasks = per_task["task_id"].nunique()
+    assert len(per_task) == 4 * n_tasks
+    assert set(per_task["model"]) == {"naive", "linear", "ridge", "history-mean"}
+    board = result.leaderboard.set_index("model")
+    assert board.loc["naive", "skill_score"] == 0.0
+    assert board.loc["linear", "skill_score"] > 0.0  # covariates carry the what-if effect
+    for axis in ("simulator", "future", "K", "E", "ell", "C"):
+        table = pd.read_csv(out / "slices" / f"{axis}.csv")
+        assert {"model", "skill_score", "win_rate"} <= set(table.columns)
+        assert (
+            (out / "slices" / f"{axis}.md").read_text().startswith("# Skill score and win rate by")
+        )
+    for axis in ("simulator", "K", "E", "ell", "C"):
+        assert (out / "plots" / f"skill_by_{axis}.png").read_bytes().startswith(b"\x89PNG")
+    assert "| model |" in (out / "leaderboard.md").read_text()
+
+
+def test_the_naive_error_is_its_wql_at_the_median(tmp_path, corpus_path):
+    result = evaluate(corpus_path, ["naive"], tmp_path / "n", subset=0.05, progress=False)
+    row = result.per_task.iloc[0]
+    with Corpus(corpus_path) as corpus:
+        task = corpus[row["task_id"]]
+    truth = task.future_target.astype(np.float64)
+    expected = np.mean(np.abs(truth - task.history_target[-1])) / np.mean(np.abs(truth))
+    assert row["wql"] == pytest.approx(expected, rel=1e-6) and row["wape"] == pytest.approx(
+        expected, rel=1e-6
+    )
+
+
+def test_an_interrupted_evaluation_resumes_without_recomputing(tmp_path, corpus_path):
+    out = tmp_path / "resume"
+    evaluate(corpus_path, ["naive", "ridge"], out, subset=0.5, progress=False)
+    chunks = sorted((out / "per_task" / "ridge").glob("chunk-*.parquet"))
+    assert len(chunks) >= 2
+    kept_time = chunks[0].stat().st_mtime_ns
+    before = pd.read_parquet(out / "per_task.parquet")
+    os.remove(chunks[-1])  # as if the run had stopped before the last chunk
+    evaluate(corpus_path, ["naive", "ridge"], out, subset=0.5, progress=False)
+    assert chunks[0].stat().st_mtime_ns == kept_time and chunks[-1].exists()
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "per_task.parquet"), before)
+
+
+def test_a_folder_of_another_evaluation_is_refused(tmp_path, corpus_path):
+    out = tmp_path / "mixed"
+    evaluate(corpus_path, ["naive"], out, subset=0.05, progress=False)
+    with pytest.raises(EvaluationError, match="holds results of another evaluation"):
+        evaluate(corpus_path, ["naive"], out, subset=0.2, progress=False)
+
+
+def test_bad_arguments(tmp_path, corpus_path):
+    with pytest.raises(EvaluationError, match="reference model 'ridge' must be one of"):
+        evaluate(corpus_path, ["naive"], tmp_path / "a", reference="ridge", progress=False)
+    with pytest.raises(ValueError, match="unknown model 'prophet'"):
+        evaluate(corpus_path, ["naive", "prophet"], tmp_path / "b", progress=False)
+    with pytest.raises(EvaluationError, match="fraction"):
+        select_tasks(pd.DataFrame({c: [] for c in STRATA}), 1.5)
+
+
+def test_stratified_subset_keeps_every_axis_combination():
+    strata = [
+        dict(zip(STRATA, values, strict=True))
+        for values in [
+            ("sumo", "novel", 1, "C1", 32, "Efew"),
+            ("sumo", "replay", 1, "C1", 32, "Efew"),
+            ("epanet", "novel", 3, "C4", 512, "Emax"),
+        ]
+    ]
+    frame = pd.DataFrame(
+        [{**s, "task_id": f"{i}-{j}"} for i, s in enumerate(strata) for j in range(10)]
+    )
+    frame = frame.sample(frac=1.0, random_state=1).reset_index(drop=True)
+    subset = select_tasks(frame, 0.2)
+    assert subset.groupby(STRATA).size().tolist() == [2, 2, 2]
+    assert subset.equals(select_tasks(frame, 0.2))  # the same draw every time
+    assert len(select_tasks(frame, 0.01)) == 3  # at least one task of every combination
+
+
+def test_cli_with_reference_and_a_user_model(tmp_path, corpus_path):
+    model_file = tmp_path / "my_model.py"
+    model_file.write_text(
+        "import numpy as np\n"
+        "from whatif_bench.evaluation import Forecast\n"
+        "class Last:\n"
+        "    name = 'my-last'\n"
+        "    def predict(self, batch):\n"
+        "        return [Forecast(point=np.full(t.prediction_length, t.history_target[-1])) for t in batch]\n"
+    )
+    out = tmp_path / "cli"
+    result = run_whatif(
+        "evaluate",
+        str(corpus_path),
+        "--models",
+        f"naive,xgboost,{model_file}:Last",
+        "--reference",
+        "my-last",
+        "--subset",
+        "0.03",
+        "--out",
+        str(out),
+        "--jobs",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr
+    board = pd.read_csv(out / "leaderboard.csv").set_index("model")
+    assert board.loc["my-last", "skill_score"] == 0.0
+    assert board.loc["naive", "skill_score"] == pytest.approx(
+        0.0
+    )  # the same forecast as the reference
+    assert json.loads((out / "manifest.json").read_text())["subset"] == 0.03
+    bad = run_whatif(
+        "evaluate", str(corpus_path), "--models", "naive,prophet", "--out", str(tmp_path / "x")
+    )
+    assert bad.returncode != 0 and "unknown model 'prophet'" in bad.stderr

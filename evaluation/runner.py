@@ -67,29 +67,36 @@ def _model_label(model: Forecaster | str) -> str:
     return model if isinstance(model, str) else model.name
 
 
-def _score_chunk(corpus_path: str, task_ids: list[str], model: Forecaster | str) -> pd.DataFrame:
-    """Forecast and score one chunk of tasks with one model (runs in a worker)."""
+def _score_chunk(
+    corpus_path: str, task_ids: list[str], models: list[Forecaster | str]
+) -> list[pd.DataFrame]:
+    """Forecast and score one chunk of tasks with several models; reads the tasks once."""
     from whatif_bench.generator.corpus import Corpus
 
-    forecaster = make_forecaster(model) if isinstance(model, str) else model
     with Corpus(corpus_path) as corpus:
         tasks = [corpus[task_id] for task_id in task_ids]
     inputs = [TaskInput(t.history_target, t.history_covariates, t.future_covariates) for t in tasks]
-    forecasts = forecaster.predict(inputs)
-    if len(forecasts) != len(tasks):
-        raise EvaluationError(
-            f"model {forecaster.name!r} returned {len(forecasts)} forecasts for {len(tasks)} tasks"
-        )
-    rows = []
-    for task, forecast in zip(tasks, forecasts, strict=True):
-        for name, value in (("point", forecast.point), ("quantiles", forecast.quantiles)):
-            if value is not None and np.asarray(value).shape[0] != task.prediction_length:
-                raise EvaluationError(
-                    f"model {forecaster.name!r}: {name} forecast of {task.task_id} has the wrong length"
-                )
-        metrics = score(task.future_target.astype(np.float64), forecast.point, forecast.quantiles)
-        rows.append({"task_id": task.task_id, "model": forecaster.name, **metrics})
-    return pd.DataFrame(rows)
+    frames = []
+    for model in models:
+        forecaster = make_forecaster(model) if isinstance(model, str) else model
+        forecasts = forecaster.predict(inputs)
+        if len(forecasts) != len(tasks):
+            raise EvaluationError(
+                f"model {forecaster.name!r} returned {len(forecasts)} forecasts for {len(tasks)} tasks"
+            )
+        rows = []
+        for task, forecast in zip(tasks, forecasts, strict=True):
+            for name, value in (("point", forecast.point), ("quantiles", forecast.quantiles)):
+                if value is not None and np.asarray(value).shape[0] != task.prediction_length:
+                    raise EvaluationError(
+                        f"model {forecaster.name!r}: {name} forecast of {task.task_id} has the wrong length"
+                    )
+            metrics = score(
+                task.future_target.astype(np.float64), forecast.point, forecast.quantiles
+            )
+            rows.append({"task_id": task.task_id, "model": _model_label(model), **metrics})
+        frames.append(pd.DataFrame(rows))
+    return frames
 
 
 def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
@@ -163,23 +170,28 @@ def evaluate(
 
     ids = tasks["task_id"].tolist()
     chunks = [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
-    todo = []
-    for model, label in zip(models, labels, strict=True):
-        folder = out / "per_task" / label
-        folder.mkdir(parents=True, exist_ok=True)
-        for index, chunk in enumerate(chunks):
-            path = folder / f"chunk-{index:05d}.parquet"
-            if not path.exists():
-                todo.append((model, path, chunk))
+    for label in labels:
+        (out / "per_task" / label).mkdir(parents=True, exist_ok=True)
+    todo = []  # (chunk, [(model, path), ...]) for chunks some model has not scored yet
+    for index, chunk in enumerate(chunks):
+        pending = [
+            (model, out / "per_task" / label / f"chunk-{index:05d}.parquet")
+            for model, label in zip(models, labels, strict=True)
+        ]
+        pending = [(model, path) for model, path in pending if not path.exists()]
+        if pending:
+            todo.append((chunk, pending))
     bar = tqdm(total=len(todo), desc="evaluating", unit="chunk", disable=not progress)
-    calls = (delayed(_score_chunk)(str(corpus_path), chunk, model) for model, _, chunk in todo)
-    results = (
-        Parallel(n_jobs=jobs, return_as="generator")(calls)
-        if jobs != 1
-        else (_score_chunk(str(corpus_path), chunk, model) for model, _, chunk in todo)
-    )
-    for (_, path, _), result in zip(todo, results, strict=True):
-        _write_atomic(result, path)
+    calls = [(str(corpus_path), chunk, [m for m, _ in pending]) for chunk, pending in todo]
+    if jobs == 1:
+        results = (_score_chunk(*call) for call in calls)
+    else:
+        results = Parallel(n_jobs=jobs, return_as="generator")(
+            delayed(_score_chunk)(*call) for call in calls
+        )
+    for (_, pending), frames in zip(todo, results, strict=True):
+        for (_, path), frame in zip(pending, frames, strict=True):
+            _write_atomic(frame, path)
         bar.update()
     bar.close()
 

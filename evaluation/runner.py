@@ -24,14 +24,6 @@ from whatif_bench.evaluation.metrics import score
 
 CHUNK = 256
 STRATA = ["simulator", "future", "k", "c_label", "event_length", "e_setting"]
-AXES = {
-    "simulator": "simulator",
-    "future": "future",
-    "K": "k",
-    "E": "e_setting",
-    "ell": "event_length",
-    "C": "c_label",
-}
 
 
 class EvaluationError(WhatIfError):

@@ -16,6 +16,15 @@ from dataclasses import dataclass
 from whatif_bench.errors import WhatIfError
 
 FUTURES = ("replay", "novel")
+# Axis names as users write them -> the columns of the corpus index that hold them.
+AXIS_COLUMNS = {
+    "simulator": "simulator",
+    "future": "future",
+    "K": "k",
+    "C": "c_label",
+    "ell": "event_length",
+    "E": "e_setting",
+}
 K_VALUES = (1, 2, 3, 4, 5)
 EVENT_LENGTHS = (32, 64, 128, 256, 512)
 E_SETTINGS = ("Efew", "Emax")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from whatif_bench.generator.axes import AXIS_COLUMNS
 from whatif_bench.generator.corpus import Corpus
 
-AXES = {"simulator": "simulator", "K": "k", "C": "c_label", "ell": "event_length", "E": "e_setting"}
+AXES = {
+    axis: column for axis, column in AXIS_COLUMNS.items() if axis != "future"
+}  # futures share a pair
 
 
 def summarise(corpus: Corpus) -> dict:

@@ -170,8 +170,19 @@ class Relationship:
             self._packed[k_covariates] = (codes, params, weights, shapes)
         return self._packed[k_covariates]
 
-    def _tail(self) -> tuple:
-        return (_COMBINATION_CODES[self.combination], self.level, *self.window)
+    def _constants(self, k_covariates: int) -> tuple:
+        """The kernels' relationship arguments, from the primary form to the clipping window."""
+        codes, params, weights, _ = self.kernel_arguments(k_covariates)
+        return (
+            self.form.code,
+            self.primary_params,
+            codes,
+            params,
+            weights,
+            _COMBINATION_CODES[self.combination],
+            self.level,
+            *self.window,
+        )
 
     # ---- evaluation -------------------------------------------------------------------
     def factor_matrix(
@@ -218,19 +229,8 @@ class Relationship:
         )
         if matrix.ndim != 2 or matrix.shape[1] != y.shape[0]:
             raise RelationshipError(f"factor array must be (K, {y.shape[0]}), got {matrix.shape}")
-        codes, params, weights, _ = self.kernel_arguments(matrix.shape[0])
         out = np.empty_like(y)
-        current_kernels().evaluate(
-            y,
-            matrix,
-            self.form.code,
-            self.primary_params,
-            codes,
-            params,
-            weights,
-            *self._tail(),
-            out,
-        )
+        current_kernels().evaluate(y, matrix, *self._constants(matrix.shape[0]), out)
         return out
 
     def evaluate_grid(
@@ -265,7 +265,7 @@ class Relationship:
         """Target under the scheduled events; steps outside every event equal ``y`` exactly."""
         y = _as_series(y)
         self._check_schedule(schedule, y.shape[0])
-        codes, params, weights, shapes = self.kernel_arguments(schedule.n_covariates)
+        *_, shapes = self.kernel_arguments(schedule.n_covariates)
         out = np.empty_like(y)
         current_kernels().apply_events(
             y,
@@ -273,12 +273,7 @@ class Relationship:
             schedule.lengths,
             schedule.factors,
             shapes,
-            self.form.code,
-            self.primary_params,
-            codes,
-            params,
-            weights,
-            *self._tail(),
+            *self._constants(schedule.n_covariates),
             out,
         )
         return out

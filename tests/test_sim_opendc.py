@@ -191,7 +191,7 @@ def test_cli_without_backend_exits_non_zero_and_says_how(trace, tmp_path):
     assert "OpenDC is a JVM program" in result.stderr and not (tmp_path / "o.h5").exists()
 
 
-def test_run_drives_a_backend_through_opendc_bin(trace, tmp_path, monkeypatch):
+def test_run_drives_a_backend_through_opendc_bin(trace, tmp_path, monkeypatch, registry):
     """Plumbing check with a stand-in executable that copies prepared output files into place;
     it exercises command line, working folder and output discovery, not OpenDC itself."""
     prepared = tmp_path / "prepared"
@@ -215,3 +215,5 @@ def test_run_drives_a_backend_through_opendc_bin(trace, tmp_path, monkeypatch):
     baselines = opendc.run(days=1, trace=str(trace))
     assert baselines.n_steps == 288 and len(baselines.series) == 22
     assert json.loads(baselines.inputs["topology.json"]) == opendc.topology()
+    spec = {c.name: c.base_value for c in registry.simulators["opendc"].covariates}
+    assert baselines.covariate_base_values == pytest.approx(spec)

@@ -154,16 +154,16 @@ def _run(selection, seed: int, jobs: int, progress: bool):
     from joblib import Parallel, delayed
     from tqdm import tqdm
 
-    tasks = (
-        delayed(generate_target)(rel, baseline.series[rel.target], seed)
-        for rel, baseline in selection
-    )
     if jobs == 1:
         outputs = (
             generate_target(rel, baseline.series[rel.target], seed) for rel, baseline in selection
         )
     else:
-        outputs = Parallel(n_jobs=jobs, return_as="generator", batch_size=1)(tasks)
+        calls = (
+            delayed(generate_target)(rel, baseline.series[rel.target], seed)
+            for rel, baseline in selection
+        )
+        outputs = Parallel(n_jobs=jobs, return_as="generator", batch_size=1)(calls)
     bar = tqdm(total=len(selection), desc="generating", unit="target", disable=not progress)
     try:
         for (relationship, _), results in zip(selection, outputs, strict=True):

@@ -15,9 +15,9 @@ from whatif_bench.simulators import read_baselines, shipped_baselines_path, writ
 from whatif_bench.simulators.base import Baselines
 
 
-def test_a_killed_run_leaves_no_corpus_and_the_next_run_finishes(tmp_path):
-    out = tmp_path / "corpus.h5"
-    partial = tmp_path / ".corpus.h5.partial"
+def start_and_wait_for_partial(out):
+    """Start generating every SUMO target; return once its partial file exists."""
+    partial = out.with_name(f".{out.name}.partial")
     command = [
         *whatif_executable(),
         "generate",
@@ -33,6 +33,12 @@ def test_a_killed_run_leaves_no_corpus_and_the_next_run_finishes(tmp_path):
     while not partial.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert process.poll() is None, "the run ended before it could be interrupted"
+    return process, partial
+
+
+def test_a_killed_run_leaves_no_corpus_and_the_next_run_finishes(tmp_path):
+    out = tmp_path / "corpus.h5"
+    process, partial = start_and_wait_for_partial(out)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not out.exists()
@@ -48,22 +54,7 @@ def test_a_killed_run_leaves_no_corpus_and_the_next_run_finishes(tmp_path):
 
 def test_ctrl_c_leaves_no_corpus(tmp_path):
     out = tmp_path / "corpus.h5"
-    partial = tmp_path / ".corpus.h5.partial"
-    command = [
-        *whatif_executable(),
-        "generate",
-        "--simulators",
-        "sumo",
-        "--out",
-        str(out),
-        "--jobs",
-        "1",
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not partial.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert process.poll() is None
+    process, partial = start_and_wait_for_partial(out)
     process.send_signal(signal.SIGINT)
     process.wait(timeout=60)
     assert process.returncode != 0

@@ -42,6 +42,7 @@ class Task:
     covariates: tuple[str, ...]
     units: dict[str, str]
     interval_s: int
+    baseline_start: str  # ISO time of the baseline's first step
     start_step: int  # window start within the baseline series
     history_target: np.ndarray  # (C,)
     history_covariates: np.ndarray  # (K, C)
@@ -59,9 +60,11 @@ class Task:
     def prediction_length(self) -> int:
         return int(self.future_target.size)
 
-    def timestamps(self, start: str = "2000-01-01T00:00:00") -> pd.DatetimeIndex:
-        """Timestamps of the whole window (history then future)."""
-        first = pd.Timestamp(start) + pd.Timedelta(seconds=self.start_step * self.interval_s)
+    def timestamps(self) -> pd.DatetimeIndex:
+        """Timestamps of the whole window (history, then future)."""
+        first = pd.Timestamp(self.baseline_start) + pd.Timedelta(
+            seconds=self.start_step * self.interval_s
+        )
         return pd.date_range(
             first,
             periods=self.context_length + self.prediction_length,
@@ -234,6 +237,7 @@ class Corpus:
             covariates=covariates,
             units=units,
             interval_s=int(self._h5["baselines"][row["simulator"]].attrs["interval_s"]),
+            baseline_start=str(self._h5["baselines"][row["simulator"]].attrs["start"]),
             start_step=start,
             history_target=history_target,
             history_covariates=history_covariates,

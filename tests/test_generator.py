@@ -64,6 +64,11 @@ def test_task_arrays_follow_the_recipe(corpus):
     assert task.history_target.shape == (2048,) and task.future_target.shape == (256,)
     assert task.history_covariates.shape == (3, 2048) and task.future_covariates.shape == (3, 256)
     assert task.covariates == ("tau", "minGap", "accel")
+    stamps = task.timestamps()
+    assert len(stamps) == 2048 + 256 and (stamps[1] - stamps[0]).total_seconds() == 300
+    assert stamps[0] == np.datetime64("2000-01-01T00:00:00") + np.timedelta64(
+        300 * task.start_step, "s"
+    )
     assert task.history_target.dtype == np.float32
     baseline = read_baselines(SHIPPED)["sumo"].series["flow_loop_e_0_near"]
     window = baseline[task.start_step : task.start_step + 2048 + 256].astype(np.float32)

@@ -67,6 +67,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(handler=_check)
 
+    plot = sub.add_parser(
+        "plot", help="response curves: the target against each covariate's factor"
+    )
+    plot.add_argument("--simulator", required=True)
+    plot.add_argument("--target", help="one target (default: every target of the simulator)")
+    plot.add_argument("--out", required=True, help="folder for <target>.png files")
+    with_specs(plot)
+    plot.set_defaults(handler=_plot)
+
     doc = sub.add_parser("doc", help="write the Markdown reference of every relationship")
     doc.add_argument("--out", default="docs/RELATIONSHIPS.md", help="output file, or - for stdout")
     doc.set_defaults(handler=_doc)
@@ -168,6 +177,20 @@ def _relationships_of_files(files: list[str]) -> set[tuple[str, str]]:
         targets = tomllib.loads(text).get("targets", [])
         wanted |= {(simulator, t["name"]) for t in targets}
     return wanted
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from whatif_bench.relationships.plotting import plot_response
+
+    registry = _load(args)
+    chosen = (
+        [registry.get(args.simulator, args.target)]
+        if args.target
+        else registry.relationships(args.simulator)
+    )
+    for relationship in chosen:
+        print(f"wrote {plot_response(relationship, Path(args.out) / f'{relationship.target}.png')}")
+    return 0
 
 
 def _doc(args: argparse.Namespace) -> int:

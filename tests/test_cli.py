@@ -166,3 +166,19 @@ def test_doc_writes_markdown(tmp_path):
 def test_committed_reference_is_up_to_date(registry):
     committed = (REPO / "docs" / "RELATIONSHIPS.md").read_text(encoding="utf-8")
     assert committed == render_reference(registry), "run: whatif relationships doc"
+
+
+def test_plot_draws_response_curves(tmp_path):
+    run_whatif(
+        "relationships",
+        "plot",
+        "--simulator",
+        "gridlabd",
+        "--target",
+        "is_COOL_on",
+        "--out",
+        str(tmp_path),
+        check=True,
+    )
+    png = (tmp_path / "is_COOL_on.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000

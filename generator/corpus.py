@@ -105,6 +105,10 @@ class Corpus:
         self.futures = _futures
         self._rows = {pid: i for i, pid in enumerate(self.pairs["pair_id"])}
         self._relationships: dict[tuple[str, str], dict] = {}
+        self._recipe_arrays: tuple[dict, dict] | None = None
+        self._baselines: dict[tuple[str, str], np.ndarray] = {}
+        self._datasets: dict[str, object] = {}
+        self._infos: dict[tuple[str, str], dict] = {}
 
     # ---- index ---------------------------------------------------------------------
     def _read_index(self) -> pd.DataFrame:
@@ -200,12 +204,41 @@ class Corpus:
             )
         return self._relationships[key]
 
+    def _recipes(self) -> tuple[dict, dict]:
+        """The (small) recipe arrays, read once and kept in memory."""
+        if self._recipe_arrays is None:
+            self._recipe_arrays = (
+                {name: d[()] for name, d in self._h5["events"].items()},
+                {name: d[()] for name, d in self._h5["futures"].items()},
+            )
+        return self._recipe_arrays
+
+    def _baseline_cached(self, simulator: str, target: str) -> np.ndarray:
+        key = (simulator, target)
+        if key not in self._baselines:
+            self._baselines[key] = self.baseline(simulator, target)
+        return self._baselines[key]
+
     def baseline(self, simulator: str, target: str) -> np.ndarray:
         """The full float64 baseline series the corpus was built from."""
         return self._h5["baselines"][simulator][target][()]
 
     def _slice(self, name: str, offset: int, size: int) -> np.ndarray:
-        return self._h5["data"][name][offset : offset + size]
+        if name not in self._datasets:  # h5py's name lookups cost more than small reads
+            self._datasets[name] = self._h5["data"][name]
+        return self._datasets[name][offset : offset + size]
+
+    def _target_info(self, simulator: str, target: str) -> dict:
+        """Unit, interval and start of one target's baseline (read once)."""
+        key = (simulator, target)
+        if key not in self._infos:
+            group = self._h5["baselines"][simulator]
+            self._infos[key] = {
+                "unit": str(group[target].attrs["unit"]),
+                "interval_s": int(group.attrs["interval_s"]),
+                "start": str(group.attrs["start"]),
+            }
+        return self._infos[key]
 
     def _task(self, row, future: str) -> Task:
         k, context, prediction = int(row["k"]), int(row["context"]), int(row["prediction"])
@@ -219,11 +252,12 @@ class Corpus:
             "future_covariates", int(row["future_covariates_offset"]), 2 * k * prediction
         ).reshape(2, k, prediction)
         start = int(row["window_start"])
-        baseline = self._h5["baselines"][row["simulator"]][row["target"]]
+        baseline = self._baseline_cached(row["simulator"], row["target"])
         window = baseline[start : start + context + prediction].astype(np.float32)
         summary = self._relationship_summary(row["simulator"], row["target"])
         covariates = tuple(summary["covariates"][:k])
-        units = {row["target"]: str(baseline.attrs["unit"])}
+        info = self._target_info(row["simulator"], row["target"])
+        units = {row["target"]: info["unit"]}
         recipe = self.recipe(row)
         return Task(
             task_id=f"{row['pair_id']}/{future}",
@@ -236,8 +270,8 @@ class Corpus:
             e_setting=row["e_setting"],
             covariates=covariates,
             units=units,
-            interval_s=int(self._h5["baselines"][row["simulator"]].attrs["interval_s"]),
-            baseline_start=str(self._h5["baselines"][row["simulator"]].attrs["start"]),
+            interval_s=info["interval_s"],
+            baseline_start=info["start"],
             start_step=start,
             history_target=history_target,
             history_covariates=history_covariates,
@@ -264,7 +298,7 @@ class Corpus:
         """The stored recipe of one pair (a row of ``pairs``)."""
         k, n_events = int(row["k"]), int(row["n_events"])
         e0, f0, k0 = int(row["event_offset"]), int(row["factor_offset"]), int(row["kfactor_offset"])
-        events, futures = self._h5["events"], self._h5["futures"]
+        events, futures = self._recipes()
         layout = HistoryLayout(
             int(row["context"]),
             int(row["prediction"]),

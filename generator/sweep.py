@@ -7,7 +7,10 @@ number of workers.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,6 +140,26 @@ def default_jobs() -> int:
     )
 
 
+@contextlib.contextmanager
+def _interrupt_flag():
+    """Remember a Ctrl-C even if Python drops its KeyboardInterrupt (raised inside a __del__)."""
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        flag.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def generate(config: GenerationConfig, progress: bool = True) -> Path:
     """Run the whole sweep and write the corpus file atomically; returns its path."""
     from whatif_bench.generator.selection import select_targets
@@ -144,9 +167,13 @@ def generate(config: GenerationConfig, progress: bool = True) -> Path:
 
     selection = select_targets(config)
     jobs = config.jobs or default_jobs()
-    with CorpusWriter(config, selection) as writer:
+    with _interrupt_flag() as interrupted, CorpusWriter(config, selection) as writer:
         for relationship, results in _run(selection, config.seed, jobs, progress):
+            if interrupted.is_set():
+                raise KeyboardInterrupt
             writer.add_target(relationship, results)
+        if interrupted.is_set():  # never finish a file after a Ctrl-C
+            raise KeyboardInterrupt
     return writer.path
 
 

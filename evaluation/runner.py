@@ -97,11 +97,9 @@ def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _manifest(corpus_path: Path, tasks: pd.DataFrame, subset: float | None, seed: int) -> dict:
-    from whatif_bench.generator.corpus import Corpus
-
-    with Corpus(corpus_path) as corpus:
-        attrs = corpus.attrs
+def _manifest(
+    corpus_path: Path, attrs: dict, tasks: pd.DataFrame, subset: float | None, seed: int
+) -> dict:
     digest = hashlib.sha256("\n".join(tasks["task_id"]).encode()).hexdigest()
     return {
         "corpus": str(corpus_path.resolve()),
@@ -144,11 +142,11 @@ def evaluate(
             f"the reference model {reference!r} must be one of the models {labels}"
         )
     with Corpus(corpus_path) as corpus:
-        frame = corpus.tasks_frame()
+        frame, attrs = corpus.tasks_frame(), corpus.attrs
     if frame.empty:
         raise EvaluationError(f"{corpus_path} holds no tasks")
     tasks = select_tasks(frame, subset, seed)
-    manifest = _manifest(corpus_path, tasks, subset, seed)
+    manifest = _manifest(corpus_path, attrs, tasks, subset, seed)
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / "manifest.json"
     if manifest_path.exists():

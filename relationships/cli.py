@@ -166,16 +166,13 @@ def _check(args: argparse.Namespace) -> int:
 
 def _relationships_of_files(files: list[str]) -> set[tuple[str, str]]:
     """(simulator, target) pairs declared by the given (already validated) spec files."""
-    import tomllib
-
-    from whatif_bench.relationships.spec import peek_simulator_name
+    from whatif_bench.relationships.spec import parse_toml, read_spec_text, simulator_name
 
     wanted: set[tuple[str, str]] = set()
     for path in files:
-        text = Path(path).read_text(encoding="utf-8")
-        simulator = peek_simulator_name(text, path)
-        targets = tomllib.loads(text).get("targets", [])
-        wanted |= {(simulator, t["name"]) for t in targets}
+        document = parse_toml(read_spec_text(path), path)
+        simulator = simulator_name(document, path)
+        wanted |= {(simulator, t["name"]) for t in document.get("targets", [])}
     return wanted
 
 

@@ -10,15 +10,17 @@ from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 
-from whatif_bench.errors import RelationshipError, SpecError
+from whatif_bench.errors import RelationshipError
 from whatif_bench.relationships.engine import CovariateInfo, Relationship
 from whatif_bench.relationships.forms import EFFECTS, FORMS
 from whatif_bench.relationships.spec import (
     SimulatorSpec,
     covariates_for,
     parse_spec,
-    peek_simulator_name,
+    parse_toml,
+    read_spec_text,
     secondary_weight,
+    simulator_name,
 )
 
 SIMULATOR_ORDER = ("opendc", "gridlabd", "epanet", "sumo")
@@ -129,13 +131,10 @@ def load_registry(extra_files: Iterable[str | Path] = (), include_builtin: bool 
     targets to it. Any problem raises ``SpecError`` naming file, entry and field.
     """
     sources = builtin_spec_texts() if include_builtin else []
-    for path in extra_files:
-        try:
-            sources.append((str(path), Path(path).read_text(encoding="utf-8")))
-        except OSError as exc:
-            raise SpecError(f"{path}: cannot read spec file: {exc.strerror}") from None
+    sources += [(str(path), read_spec_text(path)) for path in extra_files]
     specs: dict[str, SimulatorSpec] = {}
     for source, text in sources:
-        name = peek_simulator_name(text, source)
-        specs[name] = parse_spec(text, source, specs.get(name))
+        document = parse_toml(text, source)
+        name = simulator_name(document, source)
+        specs[name] = parse_spec(document, source, specs.get(name))
     return Registry(specs.values())

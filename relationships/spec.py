@@ -275,12 +275,20 @@ def covariates_for(primary: str, order: tuple[str, ...]) -> tuple[str, ...]:
     return (primary, *others[: MAX_COVARIATES_PER_TASK - 1])
 
 
-def parse_spec(text: str, source: str, base: SimulatorSpec | None = None) -> SimulatorSpec:
-    """Parse and validate one spec file's text; ``base`` is the simulator it extends, if any."""
+def parse_toml(text: str, source: str) -> dict:
+    """The TOML document of a spec file (never evaluated, only parsed)."""
     try:
-        document = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{source}: not valid TOML: {exc}") from None
+
+
+def parse_spec(
+    document: dict | str, source: str, base: SimulatorSpec | None = None
+) -> SimulatorSpec:
+    """Validate one spec file (its text or parsed document); ``base`` is the simulator it extends."""
+    if isinstance(document, str):
+        document = parse_toml(document, source)
     top = _Table(document, source)
     header = _Table(top.get("simulator", dict), f"{source}: [simulator]")
     name = header.get("name", str)
@@ -427,22 +435,16 @@ def secondary_weight(
     return covariate.weight
 
 
-def load_spec_file(path: str | Path, base: SimulatorSpec | None = None) -> SimulatorSpec:
-    """Read and parse one spec file from disk."""
-    path = Path(path)
+def read_spec_text(path: str | Path) -> str:
+    """A spec file's text; a missing or unreadable file is a ``SpecError``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"{path}: cannot read spec file: {exc.strerror}") from None
-    return parse_spec(text, str(path), base)
 
 
-def peek_simulator_name(text: str, source: str) -> str:
-    """The simulator a spec file is about, read without validating the rest."""
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{source}: not valid TOML: {exc}") from None
+def simulator_name(document: dict, source: str) -> str:
+    """The simulator a parsed spec file is about, read without validating the rest."""
     header = document.get("simulator")
     if not isinstance(header, dict) or not isinstance(header.get("name"), str):
         raise SpecError(f"{source}: [simulator]: field 'name': is required")

@@ -22,6 +22,11 @@ def _relationships_parser(subparsers: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="whatif", description="WhatIf-Bench toolkit")
     parser.add_argument("--version", action="version", version=f"whatif-bench {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full traceback of an error instead of one line (default: off)",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True)
     _relationships_parser(subparsers)
     from whatif_bench.simulators import cli as sim_cli
@@ -42,19 +47,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``whatif`` script; returns the process exit code."""
+    """Entry point of the ``whatif`` script; returns the process exit code.
+
+    The one error boundary of the command line: a failure prints a single ``error: ...`` line
+    and exits 1 (argparse's usage errors exit 2); ``--debug`` re-raises to show the traceback.
+    A Ctrl-C exits 130 and says what was kept (each command sets ``interrupt_note``).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except WhatIfError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
-        print("interrupted; nothing was written", file=sys.stderr)
+        note = getattr(args, "interrupt_note", "nothing was written")
+        print(f"interrupted; {note}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"error: {describe_error(exc)}", file=sys.stderr)
+        return 1
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for an exception: the toolkit's own message, or the type and message of an
+    unexpected one (with a pointer to ``--debug``)."""
+    if isinstance(exc, WhatIfError):
+        message = str(exc)
+    elif isinstance(exc, MemoryError):
+        message = "out of memory"
+    elif isinstance(exc, RecursionError):
+        message = "input nested too deeply"
+    else:
+        text = str(exc) or "no message"
+        message = f"unexpected {type(exc).__name__}: {text} (rerun with --debug for the traceback)"
+    return " ".join(message.split()) if "\n" in message else message
 
 
 if __name__ == "__main__":

@@ -182,3 +182,29 @@ def test_plot_draws_response_curves(tmp_path):
     )
     png = (tmp_path / "is_COOL_on.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_an_unexpected_failure_is_one_error_line_and_debug_shows_the_traceback(monkeypatch, capsys):
+    from whatif_bench import cli
+    from whatif_bench.generator import cli as gen_cli
+
+    def broken(args):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(gen_cli, "_info", broken)
+    assert cli.main(["info", "x.h5"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "error: unexpected RuntimeError: boom second line (rerun with --debug for the traceback)\n"
+    )
+    with pytest.raises(RuntimeError, match="boom"):
+        cli.main(["--debug", "info", "x.h5"])
+
+
+def test_usage_errors_exit_two(capsys):
+    from whatif_bench import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["generate", "--no-such-option"])
+    assert stop.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err

@@ -7,12 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
+from whatif_bench.outputs import atomic_output
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.ranges import factor_grid
 
 
 def plot_response(relationship: Relationship, out: str | os.PathLike) -> Path:
     """One panel per covariate: the target against the factor (log scale), others at 1, K = 5.
+
+    ``out`` is written atomically (``outputs.atomic_output``); the caller builds it from a safe
+    name (``outputs.safe_name``).
 
     Three curves per panel, for baselines at the low, middle and high end of the typical range.
     """
@@ -47,7 +51,9 @@ def plot_response(relationship: Relationship, out: str | os.PathLike) -> Path:
     )
     figure.tight_layout()
     path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    try:
+        with atomic_output(path) as tmp:
+            figure.savefig(tmp, dpi=100, format="png")
+    finally:
+        plt.close(figure)
     return path

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from whatif_bench.outputs import atomic_output
 from whatif_bench.simulators.base import Baselines
 
 
@@ -40,7 +41,9 @@ def plot_overview(baselines: Baselines, out: str | os.PathLike) -> Path:
     )
     figure.tight_layout(rect=(0, 0, 1, 0.97))
     path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        with atomic_output(path) as tmp:
+            figure.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(figure)
     return path

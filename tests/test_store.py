@@ -102,7 +102,8 @@ def test_a_write_that_fails_midway_leaves_no_file(tmp_path):
     good, bad = make("a"), FailsWhileWriting(**make("b").__dict__)
     with pytest.raises(Boom):
         write_baselines(tmp_path / "b.h5", [good, bad])
-    assert list(tmp_path.iterdir()) == []
+    # no final file and no partial one; only the output lock file stays (outputs.output_lock)
+    assert [p.name for p in tmp_path.iterdir()] == [".b.h5.lock"]
 
 
 def test_a_rejected_write_keeps_the_earlier_file(tmp_path):

@@ -488,8 +488,12 @@ def read_spec_text(path: str | Path) -> str:
     or one containing NUL bytes, is a ``SpecError`` naming it.
     """
     try:
-        with open(path, "rb") as handle:
+        # O_NONBLOCK: opening a named pipe must not wait for a writer; it is refused below
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(descriptor, "rb") as handle:
             info = os.fstat(handle.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError
             if not stat.S_ISREG(info.st_mode):
                 raise SpecError(f"{path}: cannot read spec file: not a regular file")
             data = handle.read(MAX_SPEC_BYTES + 1)

@@ -155,6 +155,16 @@ def _eval(args: argparse.Namespace) -> int:
         )
     n_rows = lengths.pop() if lengths else 1
     values = relationship.evaluate_grid(y, factor_lists, n_rows, args.k)
+    if not np.all(np.isfinite(values)):
+        from whatif_bench.relationships.plugins import describe_user_code, uses_user_code
+
+        culprit = (
+            f"; it calls {describe_user_code(relationship)}" if uses_user_code(relationship) else ""
+        )
+        raise RelationshipError(
+            f"{relationship.simulator}/{relationship.target}: the target is not finite for "
+            f"these inputs{culprit}"
+        )
     if args.json:
         json.dump({"values": values.tolist()}, sys.stdout)
         sys.stdout.write("\n")
@@ -169,7 +179,7 @@ def _check(args: argparse.Namespace) -> int:
     from whatif_bench.relationships.plugins import load_form_modules
     from whatif_bench.relationships.registry import load_registry
 
-    load_form_modules(args.forms)
+    load_form_modules(args.forms, timeout=args.timeout)
     registry = load_registry(args.files) if args.files else load_registry()
     wanted = None
     if args.files:

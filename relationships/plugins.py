@@ -45,8 +45,14 @@ def form_origin(definition: FormDefinition) -> str:
     return _origins.get((definition.kind, definition.name), "built-in")
 
 
-def load_form_modules(paths: Iterable[str | Path]) -> None:
-    """Execute Python files that call ``register_form``/``register_effect`` (each at most once)."""
+def load_form_modules(paths: Iterable[str | Path], timeout: float | None = None) -> None:
+    """Execute Python files that call ``register_form``/``register_effect`` (each at most once).
+
+    Each form a module registers is then compiled and called once (at ``y = 1``, ``f = 1``,
+    parameters at their default) in a child process, so one that numba cannot compile, that
+    raises or returns something other than a number, or that does not return within
+    ``timeout`` seconds is reported here, naming module and form (and is not kept).
+    """
     for raw in paths:
         path = Path(raw).resolve()
         if path in _loaded:
@@ -66,10 +72,24 @@ def load_form_modules(paths: Iterable[str | Path]) -> None:
         except BaseException as exc:  # noqa: BLE001 (user code: SystemExit included)
             _forget_new_forms(*before)
             raise SpecError(f"{raw}: form module failed to load: {_describe(exc)}") from None
-        for name in set(FORMS) - before[0]:
-            _origins[("primary", name)] = str(raw)
-        for name in set(EFFECTS) - before[1]:
-            _origins[("effect", name)] = str(raw)
+        new = [FORMS[n] for n in sorted(set(FORMS) - before[0])]
+        new += [EFFECTS[n] for n in sorted(set(EFFECTS) - before[1])]
+        for definition in new:
+            _origins[(definition.kind, definition.name)] = str(raw)
+        try:
+            failures = call_each_with_timeout(
+                _probe_alone,
+                new,
+                USER_CODE_TIMEOUT_S if timeout is None else timeout,
+                lambda d, raw=raw: f"{raw}: {d.kind} form {d.name!r}",
+            )
+        except SpecError:
+            _forget_new_forms(*before)
+            raise
+        for failure in failures:
+            if failure is not None and failure["kind"] == "error":
+                _forget_new_forms(*before)
+                raise SpecError(failure["message"])
         _loaded.add(path)
 
 
@@ -105,6 +125,49 @@ def _user_forms(relationship: Any) -> Iterator[tuple[FormDefinition, Any]]:
             yield info.effect, info.effect.pack(info.effect_params)
 
 
+def _representative_params(form: FormDefinition) -> Any:
+    """Each parameter at its default, else 1 moved into its bounds."""
+    import numpy as np
+
+    from whatif_bench.relationships.forms import MAX_PARAMS
+
+    packed = np.zeros(MAX_PARAMS, dtype=np.float64)
+    for index, param in enumerate(form.params):
+        value = param.default if param.default is not None else 1.0
+        packed[index] = min(max(value, param.lower), param.upper)
+    return packed
+
+
+def _call(form: FormDefinition, point: tuple[float, ...], params: Any, where: str) -> dict | None:
+    """Call one user form at one point: ``None`` if it returned a finite number, else the
+    failure as ``{"kind": "error" | "finite", "message": ...}``."""
+    import numpy as np
+
+    names = ("y", "f")[-len(point) :]
+    shown = ", ".join(f"{n}={v:.6g}" for n, v in zip(names, point, strict=True))
+    try:
+        value = form.scalar(*point, params)
+    except Exception as exc:  # noqa: BLE001 (user code)
+        return {"kind": "error", "message": f"{where}: raised at {shown}: {_describe(exc)}"}
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float):
+        kind = type(value).__name__
+        if isinstance(value, np.ndarray):
+            kind = f"an array of shape {value.shape}"
+        message = f"{where}: returned {kind} at {shown}; a form returns one number"
+        return {"kind": "error", "message": message}
+    if not math.isfinite(value):
+        message = f"{where}: returned {value} at {shown}; forms must return finite numbers"
+        return {"kind": "finite", "message": message}
+    return None
+
+
+def _probe_alone(form: FormDefinition) -> dict | None:
+    """Compile and call a newly registered form once, at ``y = 1``, ``f = 1``."""
+    point = (1.0, 1.0) if form.kind == "primary" else (1.0,)
+    where = f"{form_origin(form)}: {form.kind} form {form.name!r}"
+    return _call(form, point, _representative_params(form), where)
+
+
 def probe_relationship(relationship: Any) -> dict | None:
     """Call each user form of ``relationship`` on the rule checks' baselines and factors.
 
@@ -112,8 +175,6 @@ def probe_relationship(relationship: Any) -> dict | None:
     ``"error"`` for an exception or a result that is not one number, ``"finite"`` for a NaN or
     infinite result. Run it through ``call_each_with_timeout``.
     """
-    import numpy as np
-
     from whatif_bench.relationships.checks import sample_baselines
     from whatif_bench.relationships.ranges import factor_grid
 
@@ -131,21 +192,11 @@ def probe_relationship(relationship: Any) -> dict | None:
             else [(float(f),) for f in grid]
         )
         for point in points:
-            names = ("y", "f")[-len(point) :]
-            shown = ", ".join(f"{n}={v:.6g}" for n, v in zip(names, point, strict=True))
-            try:
-                value = form.scalar(*point, params)
-            except Exception as exc:  # noqa: BLE001 (user code)
-                return {"kind": "error", "message": f"{where}: raised at {shown}: {_describe(exc)}"}
-            if isinstance(value, bool | np.bool_) or not isinstance(value, int | float):
-                kind = type(value).__name__
-                if isinstance(value, np.ndarray):
-                    kind = f"an array of shape {value.shape}"
-                message = f"{where}: returned {kind} at {shown}; a form returns one number"
-                return {"kind": "error", "message": message}
-            if non_finite is None and not math.isfinite(value):
-                message = f"{where}: returned {value} at {shown}; forms must return finite numbers"
-                non_finite = {"kind": "finite", "message": message}
+            failure = _call(form, point, params, where)
+            if failure is not None and failure["kind"] == "error":
+                return failure
+            if failure is not None and non_finite is None:
+                non_finite = failure
     return non_finite
 
 
@@ -215,14 +266,16 @@ def call_each_with_timeout(
     return results
 
 
-def probe_user_forms(relationships: Iterable[Any], timeout: float = USER_CODE_TIMEOUT_S) -> None:
+def probe_user_forms(relationships: Iterable[Any], timeout: float | None = None) -> None:
     """Raise a ``SpecError`` naming module and form if a user form used by ``relationships``
-    raises, returns something other than one number, or takes longer than ``timeout`` seconds.
+    raises, returns something other than one number, or takes longer than ``timeout`` seconds
+    (default ``USER_CODE_TIMEOUT_S``).
 
     (NaN or infinite results are a broken rule that ``whatif relationships check`` reports.)
     """
     chosen = [r for r in relationships if uses_user_code(r)]
-    for failure in call_each_with_timeout(probe_relationship, chosen, timeout, describe_user_code):
+    limit = USER_CODE_TIMEOUT_S if timeout is None else timeout
+    for failure in call_each_with_timeout(probe_relationship, chosen, limit, describe_user_code):
         if failure is not None and failure["kind"] == "error":
             raise SpecError(failure["message"])
 

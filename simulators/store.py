@@ -164,9 +164,7 @@ def _read_simulator(path: Path, simulator: str, group: Any, verify: bool) -> Bas
 
     interval = attr("interval_s")
     if isinstance(interval, bool | np.bool_) or not isinstance(interval, int | np.integer):
-        raise fail(
-            "attribute 'interval_s'", f"expected a whole number of seconds, got {interval!r}"
-        )
+        raise fail("attribute 'interval_s'", f"expected a whole number of seconds, got {interval}")
     if not 1 <= int(interval) <= MAX_INTERVAL_S:
         raise fail("attribute 'interval_s'", f"must be in 1..{MAX_INTERVAL_S} s, got {interval}")
     start = text("start")
@@ -207,7 +205,7 @@ def _read_simulator(path: Path, simulator: str, group: Any, verify: bool) -> Bas
     n_steps = attr("n_steps")
     length = len(next(iter(series.values())))
     if not isinstance(n_steps, int | np.integer) or int(n_steps) != length:
-        raise fail("attribute 'n_steps'", f"is {n_steps!r} but the series have {length} steps")
+        raise fail("attribute 'n_steps'", f"is {n_steps} but the series have {length} steps")
     inputs: dict[str, str] = {}
     for name, dataset in child("inputs", h5py.Group).items():
         raw = dataset[()] if isinstance(dataset, h5py.Dataset) else None

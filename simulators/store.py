@@ -193,7 +193,10 @@ def _read_simulator(path: Path, simulator: str, group: Any, verify: bool) -> Bas
         values = np.asarray(dataset[()], dtype=np.float64)
         if not np.all(np.isfinite(values)):
             bad = int(np.flatnonzero(~np.isfinite(values))[0])
-            raise fail(field, f"non-finite value {values[bad]} at step {bad}")
+            # the same words as ``Baselines`` itself uses for a series: "<sim>/<target>: ..."
+            raise fail(
+                f"series {simulator}/{name}", f"non-finite value {values[bad]} at step {bad}"
+            )
         if "unit" not in dataset.attrs:
             raise fail(field, "attribute 'unit' is missing")
         series[name] = values

@@ -57,6 +57,8 @@ def load_form_modules(paths: Iterable[str | Path], timeout: float | None = None)
         path = Path(raw).resolve()
         if path in _loaded:
             continue
+        if path.is_dir():
+            raise SpecError(f"{raw}: form module is a folder, not a Python file")
         if not path.is_file():
             raise SpecError(f"{raw}: form module not found")
         spec = importlib.util.spec_from_file_location(f"whatif_user_forms_{len(_loaded)}", path)

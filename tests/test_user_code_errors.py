@@ -88,6 +88,22 @@ def test_a_module_that_fails_to_load_is_one_error(tmp_path, capsys, source, mess
 
 
 @pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.mkdir(), "form module is a folder, not a Python file"),
+        (lambda p: None, "form module not found"),
+        (lambda p: p.write_bytes(b"\xff\xfe\x00garbage"), "form module failed to load: "),
+    ],
+    ids=["folder", "absent", "binary"],
+)
+def test_an_unusable_module_file_is_one_error(tmp_path, capsys, make, message):
+    forms = tmp_path / "forms.py"
+    make(forms)
+    code, out, err = run(capsys, "relationships", "list", "--forms", str(forms))
+    assert code == 1 and out == "" and err.startswith(f"error: {forms}: {message}"), err
+
+
+@pytest.mark.parametrize(
     ("body", "message"),
     [
         (

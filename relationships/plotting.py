@@ -42,7 +42,9 @@ def plot_response(relationship: Relationship, out: str | os.PathLike) -> Path:
         axis.set_title(f"{info.name}\n{role}, {info.direction}, {info.shape}", fontsize=8)
         axis.set_xlabel("factor", fontsize=8)
         axis.tick_params(labelsize=7)
-    axes[0, 0].set_ylabel(f"{relationship.target} [{relationship.unit}]", fontsize=8)
+    # a unit comes from a spec file: "$" would start matplotlib math text, which can fail to parse
+    unit = relationship.unit.replace("$", r"\$")
+    axes[0, 0].set_ylabel(f"{relationship.target} [{unit}]", fontsize=8)
     axes[0, -1].legend(fontsize=7)
     figure.suptitle(
         f"{relationship.simulator}/{relationship.target}: {relationship.form.name} primary, "

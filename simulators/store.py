@@ -100,6 +100,8 @@ def read_baselines(path: str | os.PathLike, verify: bool = True) -> dict[str, Ba
     import h5py
 
     path = Path(path)
+    if path.is_dir():
+        raise BaselinesFileError(f"{path}: is a folder, not a baselines file")
     if not path.is_file():
         raise BaselinesFileError(f"{path}: no such baselines file")
     try:

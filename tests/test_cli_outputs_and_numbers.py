@@ -108,6 +108,53 @@ rationale = "x"
     assert not (tmp_path / "escaped.png").exists() and not out.exists()
 
 
+def test_baselines_plot_into_an_existing_file_is_refused(tmp_path, capsys):
+    out = tmp_path / "taken"
+    out.write_text("keep me")
+    code, _, err = run(capsys, "baselines", "plot", "--out", str(out))
+    assert code == 1 and err == f"error: {out}: exists and is not a folder\n"
+    assert out.read_text() == "keep me"
+
+
+def test_a_unit_with_dollar_signs_does_not_break_the_plot(tmp_path, capsys):
+    toml = tmp_path / "units.toml"
+    toml.write_text(
+        """
+[simulator]
+name = "units"
+title = "units"
+history_pool = [0.5, 2]
+
+[[covariates]]
+name = "a"
+shape = "step"
+base_value = 1.0
+unit = "$\\\\nope{"
+effect = "ratio"
+description = "a"
+
+[classes.c]
+combination = "multiplicative"
+typical_range = [1.0, 10.0]
+directions = { a = "direct" }
+rationale = "x"
+
+[[targets]]
+name = "t"
+class = "c"
+unit = "$\\\\frac{$"
+primary = "a"
+form = "power"
+params = { exponent = 0.5 }
+rationale = "x"
+"""
+    )
+    argv = ["--simulator", "units", "--spec", str(toml), "--out", str(tmp_path / "png")]
+    code, _, err = run(capsys, "relationships", "plot", *argv)
+    assert code == 0, err
+    assert (tmp_path / "png" / "t.png").read_bytes().startswith(b"\x89PNG")
+
+
 def test_doc_into_a_folder_or_under_a_file_is_refused(tmp_path, capsys):
     code, _, err = run(capsys, "relationships", "doc", "--out", str(tmp_path))
     assert code == 1 and err == f"error: {tmp_path}: is a folder; give a file name\n"

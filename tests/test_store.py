@@ -216,3 +216,8 @@ def test_bad_baselines_are_one_error_line_from_the_command_line(tmp_path, capsys
         assert err.startswith(expected), err
         assert "Traceback" not in err and "unexpected" not in err
     assert not (tmp_path / "png").exists() and not (tmp_path / "c.h5").exists()
+
+
+def test_a_folder_given_as_baselines_file_is_named_as_such(tmp_path):
+    with pytest.raises(BaselinesFileError, match=r"is a folder, not a baselines file"):
+        read_baselines(tmp_path)

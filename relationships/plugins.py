@@ -25,7 +25,6 @@ import os
 import select
 import signal
 import time
-import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -221,6 +220,8 @@ def call_each_with_timeout(
     if pid == 0:  # the child: never returns into the caller
         status = 0
         try:
+            # Ctrl-C reaches the whole process group: the parent handles it and kills this child
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             os.close(read_fd)
             with os.fdopen(write_fd, "w") as out:
                 for item in items:
@@ -230,8 +231,7 @@ def call_each_with_timeout(
                         message = {"error": _describe(exc)}
                     out.write(json.dumps(message) + "\n")
                     out.flush()
-        except BaseException:  # noqa: BLE001
-            traceback.print_exc()
+        except BaseException:  # noqa: BLE001 (the parent reports a child that stops early)
             status = 1
         finally:
             os._exit(status)

@@ -163,15 +163,65 @@ def _check_positive_terms(relationship: Relationship, k: int, grid: np.ndarray, 
             )
 
 
+def _check_user_relationship(relationship: Relationship, seed: int) -> list[dict]:
+    """Probe the user forms (a failure to run is reported as such), then check the rules.
+
+    A user form that returns NaN or inf breaks the ``finite`` rule; its message then names the
+    module file, the form and the first input that gave the non-finite value.
+    """
+    from whatif_bench.relationships.plugins import probe_relationship
+
+    failure = probe_relationship(relationship)
+    if failure is not None and failure["kind"] == "error":
+        return [{"failure": failure["message"]}]
+    found = [v.__dict__ for v in check_relationship(relationship, seed=seed)]
+    if failure is not None:
+        finite = [v for v in found if v["rule"] == "finite"]
+        if finite:
+            finite[0]["message"] += f" ({failure['message']})"
+        else:
+            found.insert(
+                0,
+                Violation(
+                    relationship.simulator, relationship.target, "finite", failure["message"]
+                ).__dict__,
+            )
+    return found
+
+
 def check_registry(
-    registry: Registry, only: Iterable[tuple[str, str]] | None = None, seed: int = 0
+    registry: Registry,
+    only: Iterable[tuple[str, str]] | None = None,
+    seed: int = 0,
+    timeout: float | None = None,
 ) -> CheckReport:
-    """Check every relationship (or only the given (simulator, target) pairs)."""
+    """Check every relationship (or only the given (simulator, target) pairs).
+
+    Relationships that call user forms are checked in a child process with ``timeout`` seconds
+    per relationship (``plugins.USER_CODE_TIMEOUT_S`` by default): a user form that raises,
+    returns a non-number or NaN, or never returns is a ``SpecError`` naming module and form.
+    """
+    from whatif_bench.errors import SpecError
+    from whatif_bench.relationships import plugins
+
     wanted = set(only) if only is not None else None
+    chosen = [r for r in registry if wanted is None or (r.simulator, r.target) in wanted]
+    user = [r for r in chosen if plugins.uses_user_code(r)]
+    user_results = plugins.call_each_with_timeout(
+        lambda r: _check_user_relationship(r, seed),
+        user,
+        plugins.USER_CODE_TIMEOUT_S if timeout is None else timeout,
+        plugins.describe_user_code,
+    )
+    by_relationship = {id(r): found for r, found in zip(user, user_results, strict=True)}
     report = CheckReport()
-    for relationship in registry:
-        if wanted is not None and (relationship.simulator, relationship.target) not in wanted:
-            continue
+    for relationship in chosen:
         report.checked += 1
-        report.violations.extend(check_relationship(relationship, seed=seed))
+        if id(relationship) in by_relationship:
+            found = by_relationship[id(relationship)]
+            if found and "failure" in found[0]:
+                raise SpecError(found[0]["failure"])
+            report.violations.extend(Violation(**v) for v in found)
+        else:
+            report.violations.extend(check_relationship(relationship, seed=seed))
     return report

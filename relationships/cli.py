@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from pathlib import Path
 
+from whatif_bench.cli_types import positive_float
 from whatif_bench.errors import RelationshipError
 
 
@@ -64,6 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PY",
         help="Python file that registers user forms (executed; repeatable)",
     )
+    check.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="time limit per relationship for checking user forms (default: 60)",
+    )
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(handler=_check)
 
@@ -85,8 +93,14 @@ def _load(args: argparse.Namespace):
     from whatif_bench.relationships.plugins import load_form_modules
     from whatif_bench.relationships.registry import load_registry
 
-    load_form_modules(getattr(args, "forms", []))
-    return load_registry(getattr(args, "spec", []))
+    forms = getattr(args, "forms", [])
+    load_form_modules(forms)
+    registry = load_registry(getattr(args, "spec", []))
+    if forms:
+        from whatif_bench.relationships.plugins import probe_user_forms
+
+        probe_user_forms(registry)
+    return registry
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -105,12 +119,17 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _parse_numbers(text: str, what: str) -> list[float]:
+    """Comma-separated finite numbers (``nan``, ``inf`` and overflowing ones such as 1e400
+    are refused here, naming the option)."""
     try:
         values = [float(v) for v in text.split(",") if v.strip() != ""]
     except ValueError:
         raise RelationshipError(f"{what}: expected comma-separated numbers, got {text!r}") from None
     if not values:
         raise RelationshipError(f"{what}: no numbers given")
+    for raw, value in zip((v for v in text.split(",") if v.strip() != ""), values, strict=True):
+        if not math.isfinite(value):
+            raise RelationshipError(f"{what}: {raw.strip()!r} is not a finite number")
     return values
 
 
@@ -136,6 +155,16 @@ def _eval(args: argparse.Namespace) -> int:
         )
     n_rows = lengths.pop() if lengths else 1
     values = relationship.evaluate_grid(y, factor_lists, n_rows, args.k)
+    if not np.all(np.isfinite(values)):
+        from whatif_bench.relationships.plugins import describe_user_code, uses_user_code
+
+        culprit = (
+            f"; it calls {describe_user_code(relationship)}" if uses_user_code(relationship) else ""
+        )
+        raise RelationshipError(
+            f"{relationship.simulator}/{relationship.target}: the target is not finite for "
+            f"these inputs{culprit}"
+        )
     if args.json:
         json.dump({"values": values.tolist()}, sys.stdout)
         sys.stdout.write("\n")
@@ -150,12 +179,12 @@ def _check(args: argparse.Namespace) -> int:
     from whatif_bench.relationships.plugins import load_form_modules
     from whatif_bench.relationships.registry import load_registry
 
-    load_form_modules(args.forms)
+    load_form_modules(args.forms, timeout=args.timeout)
     registry = load_registry(args.files) if args.files else load_registry()
     wanted = None
     if args.files:
         wanted = _relationships_of_files(args.files)
-    report = check_registry(registry, only=wanted)
+    report = check_registry(registry, only=wanted, timeout=args.timeout)
     if args.json:
         json.dump(report.as_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -177,31 +206,33 @@ def _relationships_of_files(files: list[str]) -> set[tuple[str, str]]:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    from whatif_bench.outputs import check_output_path, make_folder, safe_name
     from whatif_bench.relationships.plotting import plot_response
 
+    out = check_output_path(args.out, folder=True)  # an existing file is refused up front
     registry = _load(args)
     chosen = (
         [registry.get(args.simulator, args.target)]
         if args.target
         else registry.relationships(args.simulator)
     )
-    for relationship in chosen:
-        print(f"wrote {plot_response(relationship, Path(args.out) / f'{relationship.target}.png')}")
+    names = [safe_name(r.target, f"{r.simulator} target name") for r in chosen]
+    make_folder(out)
+    for relationship, name in zip(chosen, names, strict=True):
+        print(f"wrote {plot_response(relationship, out / f'{name}.png')}")
     return 0
 
 
 def _doc(args: argparse.Namespace) -> int:
+    from whatif_bench.outputs import check_output_path, write_text_atomic
     from whatif_bench.relationships.docs import render_reference
     from whatif_bench.relationships.registry import load_registry
 
+    if args.out != "-":
+        check_output_path(args.out)  # a folder (or a path under a file) is refused up front
     text = render_reference(load_registry())
     if args.out == "-":
         sys.stdout.write(text)
     else:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out)
-        print(f"wrote {out}")
+        print(f"wrote {write_text_atomic(args.out, text)}")
     return 0

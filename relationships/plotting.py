@@ -7,12 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
+from whatif_bench.outputs import atomic_output
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.ranges import factor_grid
 
 
 def plot_response(relationship: Relationship, out: str | os.PathLike) -> Path:
     """One panel per covariate: the target against the factor (log scale), others at 1, K = 5.
+
+    ``out`` is written atomically (``outputs.atomic_output``); the caller builds it from a safe
+    name (``outputs.safe_name``).
 
     Three curves per panel, for baselines at the low, middle and high end of the typical range.
     """
@@ -38,7 +42,9 @@ def plot_response(relationship: Relationship, out: str | os.PathLike) -> Path:
         axis.set_title(f"{info.name}\n{role}, {info.direction}, {info.shape}", fontsize=8)
         axis.set_xlabel("factor", fontsize=8)
         axis.tick_params(labelsize=7)
-    axes[0, 0].set_ylabel(f"{relationship.target} [{relationship.unit}]", fontsize=8)
+    # a unit comes from a spec file: "$" would start matplotlib math text, which can fail to parse
+    unit = relationship.unit.replace("$", r"\$")
+    axes[0, 0].set_ylabel(f"{relationship.target} [{unit}]", fontsize=8)
     axes[0, -1].legend(fontsize=7)
     figure.suptitle(
         f"{relationship.simulator}/{relationship.target}: {relationship.form.name} primary, "
@@ -47,7 +53,9 @@ def plot_response(relationship: Relationship, out: str | os.PathLike) -> Path:
     )
     figure.tight_layout()
     path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    try:
+        with atomic_output(path) as tmp:
+            figure.savefig(tmp, dpi=100, format="png")
+    finally:
+        plt.close(figure)
     return path

@@ -9,6 +9,9 @@ See ``docs/AUTHORING.md`` for the format.
 from __future__ import annotations
 
 import math
+import os
+import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,12 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from whatif_bench.errors import SpecError
+from whatif_bench.outputs import is_safe_name
 from whatif_bench.relationships.forms import EFFECTS, FORMS
 from whatif_bench.relationships.shapes import SHAPE_CODES
 
 DIRECTIONS = ("direct", "inverse")
 COMBINATIONS = ("multiplicative", "additive")
 MAX_COVARIATES_PER_TASK = 5
+MAX_SPEC_BYTES = 4 * 1024 * 1024  # the largest shipped file is ~20 kB
+# Names of simulators, covariates and targets: they become file names (plots) and parts of task
+# ids ``<simulator>/<target>/...`` and of ``--factor COV=F`` arguments, so they are identifier-
+# like: letters, digits, ``_ . -``, starting with a letter, digit or ``_`` (no ``/``, no ``..``
+# path, no leading ``-`` that would read as an option, no ``=``). Every such name also passes
+# ``outputs.is_safe_name``.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -105,7 +116,7 @@ class _Table:
             return default
         value = self.data[field]
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+            value = _int_to_float(value, lambda m: self.error(field, m))
         if isinstance(value, bool) and kind is not bool:
             raise self.error(field, f"expected {_kind_name(kind)}, got a boolean")
         if not isinstance(value, kind):
@@ -120,24 +131,47 @@ class _Table:
             raise self.error(field, f"must be >= {lower}, got {value}")
         return value
 
+    def name(self, field: str) -> str:
+        """A simulator, covariate or target name (see ``_NAME``)."""
+        value = self.get(field, str)
+        if _NAME.fullmatch(value) is None or not is_safe_name(value):
+            raise self.error(
+                field,
+                f"{value!r} is not a valid name: use 1-128 letters, digits or _ . -, "
+                "starting with a letter, digit or _",
+            )
+        return value
+
     def pair(self, field: str, default: tuple[float, float] | None = None) -> tuple[float, float]:
-        """An ordered ``[lower, upper]`` pair; ``default`` (if given) when the field is absent."""
+        """An ordered, finite ``[lower, upper]`` pair; ``default`` (if given) when absent."""
         if default is not None and field not in self.data:
             self.used.add(field)
             return default
         value = self.get(field, list)
-        if (
-            len(value) != 2
-            or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
-            or not value[0] < value[1]
+        if len(value) != 2 or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value
         ):
             raise self.error(field, f"expected [lower, upper] with lower < upper, got {value!r}")
-        return float(value[0]), float(value[1])
+        lower, upper = (_int_to_float(v, lambda m: self.error(field, m)) for v in value)
+        if not (math.isfinite(lower) and math.isfinite(upper)):
+            raise self.error(field, f"bounds must be finite, got {value!r}")
+        if not lower < upper:
+            raise self.error(field, f"expected [lower, upper] with lower < upper, got {value!r}")
+        return lower, upper
 
     def finish(self) -> None:
         unknown = sorted(set(self.data) - self.used)
         if unknown:
             raise SpecError(f"{self.where}: unknown field(s) {unknown}")
+
+
+def _int_to_float(value: int | float, error: Any) -> float:
+    """``float(value)``; an integer too large for a float is ``error(message)`` raised."""
+    try:
+        return float(value)
+    except OverflowError:
+        digits = len(str(abs(value))) if abs(value) < 10**4000 else "4000+"
+        raise error(f"number with {digits} digits is too large") from None
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -155,15 +189,14 @@ def _number_map(table: _Table, field: str, lower: float) -> dict[str, float]:
     raw = table.get(field, dict, {})
     out: dict[str, float] = {}
     for key, value in raw.items():
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise table.error(field, f"entry {key!r} must be a finite number, got {value!r}")
-        if value < lower:
-            raise table.error(field, f"entry {key!r} must be >= {lower}, got {value}")
-        out[key] = float(value)
+        number = _int_to_float(value, lambda m, key=key: table.error(field, f"entry {key!r}: {m}"))
+        if not math.isfinite(number):
+            raise table.error(field, f"entry {key!r} must be a finite number, got {value!r}")
+        if number < lower:
+            raise table.error(field, f"entry {key!r} must be >= {lower}, got {number}")
+        out[key] = number
     return out
 
 
@@ -191,7 +224,7 @@ def _check_form(
 
 def _parse_covariate(raw: Any, where: str) -> CovariateSpec:
     table = _Table(raw, where)
-    name = table.get("name", str)
+    name = table.name("name")
     table.where = f"{where.rsplit(':', 1)[0]}: covariate {name!r}"
     shape = table.get("shape", str)
     if shape not in SHAPE_CODES:
@@ -249,7 +282,7 @@ def _parse_class(name: str, raw: Any, where: str, covariates: set[str]) -> Targe
 
 def _parse_target(raw: Any, where: str) -> tuple[TargetSpec, _Table]:
     table = _Table(raw, where)
-    name = table.get("name", str)
+    name = table.name("name")
     table.where = f"{where.rsplit(':', 1)[0]}: target {name!r}"
     form = table.get("form", str)
     params = _number_map(table, "params", -math.inf)
@@ -276,10 +309,19 @@ def covariates_for(primary: str, order: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def parse_toml(text: str, source: str) -> dict:
-    """The TOML document of a spec file (never evaluated, only parsed)."""
+    """The TOML document of a spec file (never evaluated, only parsed).
+
+    Besides TOML syntax errors, what makes the parser itself fail is a ``SpecError`` too:
+    arrays nested thousands deep (the parser is recursive) and integers longer than Python's
+    4300-digit conversion limit.
+    """
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
+    except ValueError as exc:  # e.g. a 5000-digit integer
         raise SpecError(f"{source}: not valid TOML: {exc}") from None
 
 
@@ -291,7 +333,7 @@ def parse_spec(
         document = parse_toml(document, source)
     top = _Table(document, source)
     header = _Table(top.get("simulator", dict), f"{source}: [simulator]")
-    name = header.get("name", str)
+    name = header.name("name")
     extends = header.get("extends", bool, False)
     if extends and base is None:
         raise header.error("extends", f"no simulator named {name!r} is loaded to extend")
@@ -314,11 +356,15 @@ def parse_spec(
         dampening = header.number("dampening", 0.5, lower=0.0)
         pool = header.get("history_pool", list)
         if not pool or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and v > 0 and v != 1
+            isinstance(v, int | float)
+            and not isinstance(v, bool)
+            and 0 < _int_to_float(v, lambda m: header.error("history_pool", m)) < math.inf
+            and v != 1
             for v in pool
         ):
             raise header.error(
-                "history_pool", f"must be a non-empty list of positive factors != 1, got {pool!r}"
+                "history_pool",
+                f"must be a non-empty list of positive factors != 1 (finite), got {pool!r}",
             )
         history_pool = tuple(sorted(float(v) for v in pool))
         only_increase = header.get("only_increase", bool, False)
@@ -436,11 +482,40 @@ def secondary_weight(
 
 
 def read_spec_text(path: str | Path) -> str:
-    """A spec file's text; a missing or unreadable file is a ``SpecError``."""
+    """A spec file's text (UTF-8; a leading byte-order mark is dropped).
+
+    A missing, unreadable, non-regular, over-large (``MAX_SPEC_BYTES``) or non-UTF-8 file,
+    or one containing NUL bytes, is a ``SpecError`` naming it.
+    """
     try:
-        return Path(path).read_text(encoding="utf-8")
+        # O_NONBLOCK: opening a named pipe must not wait for a writer; it is refused below
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(descriptor, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(info.st_mode):
+                raise SpecError(f"{path}: cannot read spec file: not a regular file")
+            data = handle.read(MAX_SPEC_BYTES + 1)
+    except IsADirectoryError:
+        raise SpecError(f"{path}: cannot read spec file: is a folder, not a file") from None
     except OSError as exc:
-        raise SpecError(f"{path}: cannot read spec file: {exc.strerror}") from None
+        raise SpecError(f"{path}: cannot read spec file: {exc.strerror or exc}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(
+            f"{path}: spec file is larger than {MAX_SPEC_BYTES // (1024 * 1024)} MiB; "
+            "is it the right file?"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            f"{path}: not a UTF-8 text file (invalid byte at offset {exc.start}); "
+            "spec files are UTF-8 TOML"
+        ) from None
+    if "\x00" in text:
+        raise SpecError(f"{path}: not a text file (contains NUL bytes); spec files are UTF-8 TOML")
+    return text.removeprefix("\ufeff")
 
 
 def simulator_name(document: dict, source: str) -> str:

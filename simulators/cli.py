@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from whatif_bench.cli_types import positive_float
 from whatif_bench.errors import WhatIfError
 
 
@@ -16,7 +17,9 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--simulator", required=True, choices=[*SIMULATORS, "all"])
     parser.add_argument("--out", required=True, help="baselines HDF5 file to write")
     parser.add_argument(
-        "--days", type=float, help="simulated days (default: each simulator's base run)"
+        "--days",
+        type=positive_float,
+        help="simulated days, a number > 0 (default: each simulator's base run)",
     )
     parser.add_argument("--trace", help="OpenDC: folder of a Bitbrains trace (<vm>.csv files)")
     parser.add_argument("--image", help="OpenDC: Docker image that runs OpenDC")
@@ -37,17 +40,22 @@ def add_baselines_arguments(parser: argparse.ArgumentParser) -> None:
 def _simulate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from whatif_bench.outputs import check_output_path
     from whatif_bench.simulators.base import SimulatorUnavailable
     from whatif_bench.simulators.catalog import SIMULATORS
     from whatif_bench.simulators.store import write_baselines
 
+    # Refuse an unusable output before the (slow) simulations: an existing folder, a path
+    # under a file, or one of the inputs (the OpenDC trace folder).
+    inputs = [args.trace] if args.trace else []
+    check_output_path(args.out, inputs)
     names = list(SIMULATORS) if args.simulator == "all" else [args.simulator]
     results, skipped = [], []
     progress = tqdm(names, desc="simulating", unit="simulator", file=sys.stderr)
     for name in progress:
         entry = SIMULATORS[name]
         progress.set_description(f"running {name}")
-        options = {"days": args.days if args.days else entry.default_days}
+        options = {"days": entry.default_days if args.days is None else args.days}
         if name == "opendc":
             options.update(trace=args.trace, image=args.image)
         started = time.perf_counter()
@@ -67,7 +75,7 @@ def _simulate(args: argparse.Namespace) -> int:
         results.append(baselines)
     if not results:
         raise WhatIfError("no simulator could run; nothing written")
-    path = write_baselines(args.out, results)
+    path = write_baselines(args.out, results, inputs=inputs)
     print(
         f"wrote {path} ({', '.join(b.simulator for b in results)})"
         + (f"; skipped {', '.join(skipped)}" if skipped else "")
@@ -96,9 +104,14 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    from whatif_bench.outputs import check_output_path, make_folder, safe_name
     from whatif_bench.simulators.plot import plot_overview
     from whatif_bench.simulators.store import read_baselines
 
-    for name, item in read_baselines(_path(args)).items():
-        print(f"wrote {plot_overview(item, Path(args.out) / f'{name}.png')}")
+    out = check_output_path(args.out, folder=True)
+    baselines = read_baselines(_path(args))
+    make_folder(out)
+    for name, item in baselines.items():
+        path = out / f"{safe_name(name, 'simulator name')}.png"
+        print(f"wrote {plot_overview(item, path)}")
     return 0

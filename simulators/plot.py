@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from whatif_bench.outputs import atomic_output
 from whatif_bench.simulators.base import Baselines
 
 
@@ -27,7 +28,8 @@ def plot_overview(baselines: Baselines, out: str | os.PathLike) -> Path:
     days = np.arange(baselines.n_steps) * baselines.interval_s / 86400.0
     for axis, name in zip(axes.flat, names, strict=False):
         axis.plot(days, baselines.series[name], linewidth=0.5, color="#1f5f8b")
-        axis.set_title(f"{name} [{baselines.units[name]}]", fontsize=8)
+        unit = baselines.units[name].replace("$", r"\$")  # no matplotlib math text from data
+        axis.set_title(f"{name} [{unit}]", fontsize=8)
         axis.tick_params(labelsize=7)
     for axis in list(axes.flat)[len(names) :]:
         axis.set_visible(False)
@@ -40,7 +42,9 @@ def plot_overview(baselines: Baselines, out: str | os.PathLike) -> Path:
     )
     figure.tight_layout(rect=(0, 0, 1, 0.97))
     path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        with atomic_output(path) as tmp:
+            figure.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(figure)
     return path

@@ -9,23 +9,28 @@ Layout (format ``whatif-baselines`` version 1)::
     /<simulator>/series/<target>   float64 (n_steps,), attrs: unit
     /<simulator>/inputs/<file>     the exact text of each input file of the base setting
 
-Files are written to a temporary name and renamed when complete; reading re-computes every
-content hash, so a truncated or altered file is reported instead of used.
+Files are written to a temporary name and renamed when complete; reading checks every
+attribute and dataset and re-computes every content hash, so a truncated, altered or
+hand-made file is reported (naming file, simulator and field) instead of used.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterable
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from whatif_bench._version import __version__
 from whatif_bench.errors import WhatIfError
+from whatif_bench.outputs import atomic_output, is_safe_name, safe_name
 from whatif_bench.simulators.base import Baselines, SimulatorError
 
 FORMAT = "whatif-baselines"
@@ -44,54 +49,59 @@ def combined_hash(baselines: Iterable[Baselines]) -> str:
     return digest.hexdigest()
 
 
-def write_baselines(path: str | os.PathLike, baselines: Iterable[Baselines]) -> Path:
-    """Write the store atomically (temporary file, then rename); returns the path."""
+def write_baselines(
+    path: str | os.PathLike, baselines: Iterable[Baselines], inputs: Iterable[str] = ()
+) -> Path:
+    """Write the store atomically (``outputs.atomic_output``: locked, temporary file, rename);
+    ``inputs`` are paths the output must not replace. Returns the path."""
     import h5py
 
     items = list(baselines)
     names = [b.simulator for b in items]
     if len(set(names)) != len(names):
         raise BaselinesFileError(f"each simulator may appear once, got {names}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w", track_order=True) as h5:
-            h5.attrs["format"] = FORMAT
-            h5.attrs["format_version"] = FORMAT_VERSION
-            h5.attrs["toolkit_version"] = __version__
-            h5.attrs["content_hash"] = combined_hash(items)
-            for item in sorted(items, key=lambda b: b.simulator):
-                group = h5.create_group(item.simulator, track_order=True)
-                group.attrs["simulator_version"] = item.simulator_version
-                group.attrs["interval_s"] = item.interval_s
-                group.attrs["start"] = item.start
-                group.attrs["n_steps"] = item.n_steps
-                group.attrs["notes"] = item.notes
-                group.attrs["content_hash"] = item.content_hash()
-                group.attrs["covariate_base_values"] = json.dumps(item.covariate_base_values)
-                group.create_dataset("time_s", data=item.time_s())
-                series = group.create_group("series", track_order=True)
-                for name, values in item.series.items():
-                    dataset = series.create_dataset(
-                        name, data=values, compression="gzip", compression_opts=4, shuffle=True
-                    )
-                    dataset.attrs["unit"] = item.units[name]
-                inputs = group.create_group("inputs", track_order=True)
-                for name, text in item.inputs.items():
-                    inputs.create_dataset(name, data=text, dtype=h5py.string_dtype("utf-8"))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    for name in names:
+        safe_name(name, "simulator name")
+    with atomic_output(path, inputs) as tmp, h5py.File(tmp, "w", track_order=True) as h5:
+        h5.attrs["format"] = FORMAT
+        h5.attrs["format_version"] = FORMAT_VERSION
+        h5.attrs["toolkit_version"] = __version__
+        h5.attrs["content_hash"] = combined_hash(items)
+        for item in sorted(items, key=lambda b: b.simulator):
+            group = h5.create_group(item.simulator, track_order=True)
+            group.attrs["simulator_version"] = item.simulator_version
+            group.attrs["interval_s"] = item.interval_s
+            group.attrs["start"] = item.start
+            group.attrs["n_steps"] = item.n_steps
+            group.attrs["notes"] = item.notes
+            group.attrs["content_hash"] = item.content_hash()
+            group.attrs["covariate_base_values"] = json.dumps(item.covariate_base_values)
+            group.create_dataset("time_s", data=item.time_s())
+            series = group.create_group("series", track_order=True)
+            for name, values in item.series.items():
+                dataset = series.create_dataset(
+                    name, data=values, compression="gzip", compression_opts=4, shuffle=True
+                )
+                dataset.attrs["unit"] = item.units[name]
+            inputs_group = group.create_group("inputs", track_order=True)
+            for name, text in item.inputs.items():
+                inputs_group.create_dataset(name, data=text, dtype=h5py.string_dtype("utf-8"))
+    return Path(path)
+
+
+MAX_INTERVAL_S = 366 * 86400  # a step longer than a year is not a time series we can use
 
 
 def read_baselines(path: str | os.PathLike, verify: bool = True) -> dict[str, Baselines]:
-    """Read every simulator's baselines; with ``verify`` the content hashes must match."""
+    """Read every simulator's baselines; with ``verify`` the content hashes must match.
+
+    Every problem is a ``BaselinesFileError`` naming the file, the simulator and the field.
+    """
     import h5py
 
     path = Path(path)
+    if path.is_dir():
+        raise BaselinesFileError(f"{path}: is a folder, not a baselines file")
     if not path.is_file():
         raise BaselinesFileError(f"{path}: no such baselines file")
     try:
@@ -102,44 +112,130 @@ def read_baselines(path: str | os.PathLike, verify: bool = True) -> dict[str, Ba
     with h5:
         if h5.attrs.get("format") != FORMAT:
             raise BaselinesFileError(f"{path}: not a WhatIf-Bench baselines file")
-        if int(h5.attrs.get("format_version", -1)) != FORMAT_VERSION:
+        version = h5.attrs.get("format_version", -1)
+        if not isinstance(version, int | np.integer) or int(version) != FORMAT_VERSION:
             raise BaselinesFileError(
-                f"{path}: format version {h5.attrs.get('format_version')} is not supported "
-                f"(expected {FORMAT_VERSION})"
+                f"{path}: format version {version} is not supported (expected {FORMAT_VERSION})"
             )
         try:
             for simulator, group in h5.items():
-                series = {
-                    name: np.asarray(d[()], dtype=np.float64) for name, d in group["series"].items()
-                }
-                units = {name: str(d.attrs["unit"]) for name, d in group["series"].items()}
-                inputs = {name: d[()].decode("utf-8") for name, d in group["inputs"].items()}
-                item = Baselines(
-                    simulator=simulator,
-                    simulator_version=str(group.attrs["simulator_version"]),
-                    interval_s=int(group.attrs["interval_s"]),
-                    start=str(group.attrs["start"]),
-                    series=series,
-                    units=units,
-                    covariate_base_values=json.loads(group.attrs["covariate_base_values"]),
-                    inputs=inputs,
-                    notes=str(group.attrs["notes"]),
-                )
-                if not np.array_equal(group["time_s"][()], item.time_s()):
-                    raise BaselinesFileError(
-                        f"{path}: simulator {simulator!r}: timestamps are inconsistent"
-                    )
-                if verify and item.content_hash() != group.attrs["content_hash"]:
-                    raise BaselinesFileError(
-                        f"{path}: simulator {simulator!r}: content does not match its recorded hash "
-                        "(the file is corrupted or was edited)"
-                    )
+                item = _read_simulator(path, simulator, group, verify)
                 out[simulator] = item
-        except (KeyError, OSError, ValueError, SimulatorError) as exc:
+        except BaselinesFileError:
+            raise
+        except (KeyError, OSError, ValueError, TypeError, SimulatorError) as exc:
             raise BaselinesFileError(f"{path}: damaged baselines file ({exc})") from None
+        if not out:
+            raise BaselinesFileError(f"{path}: holds no simulator")
         if verify and combined_hash(out.values()) != h5.attrs.get("content_hash"):
             raise BaselinesFileError(f"{path}: file-level content hash does not match")
     return out
+
+
+def _read_simulator(path: Path, simulator: str, group: Any, verify: bool) -> Baselines:
+    """One simulator's group, every attribute and dataset checked."""
+    import h5py
+
+    def fail(field: str, message: str) -> BaselinesFileError:
+        return BaselinesFileError(f"{path}: simulator {simulator!r}: {field}: {message}")
+
+    if not is_safe_name(simulator):
+        raise BaselinesFileError(f"{path}: simulator name {simulator!r} is not a valid name")
+    if not isinstance(group, h5py.Group):
+        raise BaselinesFileError(f"{path}: simulator {simulator!r}: is not a group")
+
+    def attr(name: str) -> Any:
+        if name not in group.attrs:
+            raise fail(f"attribute {name!r}", "is missing")
+        value = group.attrs[name]
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+    def text(name: str) -> str:
+        value = attr(name)
+        if not isinstance(value, str):
+            raise fail(f"attribute {name!r}", f"expected text, got {type(value).__name__}")
+        return value
+
+    def child(name: str, kind: type) -> Any:
+        if name not in group:
+            raise fail(f"{'group' if kind is h5py.Group else 'dataset'} {name!r}", "is missing")
+        value = group[name]
+        if not isinstance(value, kind):
+            raise fail(name, f"expected a{' group' if kind is h5py.Group else ' dataset'}")
+        return value
+
+    interval = attr("interval_s")
+    if isinstance(interval, bool | np.bool_) or not isinstance(interval, int | np.integer):
+        raise fail("attribute 'interval_s'", f"expected a whole number of seconds, got {interval}")
+    if not 1 <= int(interval) <= MAX_INTERVAL_S:
+        raise fail("attribute 'interval_s'", f"must be in 1..{MAX_INTERVAL_S} s, got {interval}")
+    start = text("start")
+    try:
+        datetime.fromisoformat(start)
+    except ValueError:
+        raise fail("attribute 'start'", f"not an ISO date and time: {start!r}") from None
+    try:
+        base_values = json.loads(text("covariate_base_values"))
+    except json.JSONDecodeError:
+        raise fail("attribute 'covariate_base_values'", "is not valid JSON") from None
+    if not isinstance(base_values, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        for v in base_values.values()
+    ):
+        raise fail("attribute 'covariate_base_values'", "expected finite numbers by name")
+
+    series: dict[str, np.ndarray] = {}
+    units: dict[str, str] = {}
+    for name, dataset in child("series", h5py.Group).items():
+        field = f"series {name!r}"
+        if not isinstance(dataset, h5py.Dataset) or dataset.ndim != 1:
+            raise fail(field, "expected a one-dimensional dataset")
+        if dataset.dtype.kind not in "fiu":
+            raise fail(field, f"expected numbers, got dtype {dataset.dtype}")
+        values = np.asarray(dataset[()], dtype=np.float64)
+        if not np.all(np.isfinite(values)):
+            bad = int(np.flatnonzero(~np.isfinite(values))[0])
+            # the same words as ``Baselines`` itself uses for a series: "<sim>/<target>: ..."
+            raise fail(
+                f"series {simulator}/{name}", f"non-finite value {values[bad]} at step {bad}"
+            )
+        if "unit" not in dataset.attrs:
+            raise fail(field, "attribute 'unit' is missing")
+        series[name] = values
+        units[name] = str(dataset.attrs["unit"])
+    if not series:
+        raise fail("group 'series'", "holds no series")
+    if len({len(v) for v in series.values()}) > 1:
+        raise fail("group 'series'", "series have different lengths")
+    n_steps = attr("n_steps")
+    length = len(next(iter(series.values())))
+    if not isinstance(n_steps, int | np.integer) or int(n_steps) != length:
+        raise fail("attribute 'n_steps'", f"is {n_steps} but the series have {length} steps")
+    inputs: dict[str, str] = {}
+    for name, dataset in child("inputs", h5py.Group).items():
+        raw = dataset[()] if isinstance(dataset, h5py.Dataset) else None
+        if not isinstance(raw, bytes | str):
+            raise fail(f"input {name!r}", "expected a text dataset")
+        inputs[name] = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    item = Baselines(
+        simulator=simulator,
+        simulator_version=text("simulator_version"),
+        interval_s=int(interval),
+        start=start,
+        series=series,
+        units=units,
+        covariate_base_values=base_values,
+        inputs=inputs,
+        notes=text("notes"),
+    )
+    if not np.array_equal(child("time_s", h5py.Dataset)[()], item.time_s()):
+        raise BaselinesFileError(f"{path}: simulator {simulator!r}: timestamps are inconsistent")
+    if verify and item.content_hash() != text("content_hash"):
+        raise BaselinesFileError(
+            f"{path}: simulator {simulator!r}: content does not match its recorded hash "
+            "(the file is corrupted or was edited)"
+        )
+    return item
 
 
 def shipped_baselines_path() -> Path:

@@ -102,7 +102,8 @@ def test_a_write_that_fails_midway_leaves_no_file(tmp_path):
     good, bad = make("a"), FailsWhileWriting(**make("b").__dict__)
     with pytest.raises(Boom):
         write_baselines(tmp_path / "b.h5", [good, bad])
-    assert list(tmp_path.iterdir()) == []
+    # no final file and no partial one; only the output lock file stays (outputs.output_lock)
+    assert [p.name for p in tmp_path.iterdir()] == [".b.h5.lock"]
 
 
 def test_a_rejected_write_keeps_the_earlier_file(tmp_path):
@@ -117,3 +118,106 @@ def test_each_step_has_its_timestamp(tmp_path):
     with h5py.File(path) as h5:
         assert h5["toy/time_s"][()].tolist() == [0, 60, 120, 180, 240]
         assert h5["toy"].attrs["start"] == "2000-01-01T00:00:00"
+
+
+# ---- hand-made or damaged files: one BaselinesFileError naming file, simulator and field ------
+
+
+def _set_attr(name, value):
+    def edit(h5):
+        h5["toy"].attrs[name] = value
+
+    return edit
+
+
+def _del(path):
+    def edit(h5):
+        if path.startswith("@"):
+            del h5["toy"].attrs[path[1:]]
+        else:
+            del h5[path]
+
+    return edit
+
+
+def _replace_series(values):
+    def edit(h5):
+        del h5["toy/series/a"]
+        h5["toy/series"].create_dataset("a", data=values)
+        h5["toy/series/a"].attrs["unit"] = "kW"
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (_set_attr("interval_s", 0), r"attribute 'interval_s': must be in 1\.\.31622400 s, got 0"),
+        (_set_attr("interval_s", -60), r"attribute 'interval_s': must be in 1\.\.\d+ s, got -60"),
+        (_set_attr("interval_s", 10**12), r"attribute 'interval_s': must be in 1\.\.\d+ s"),
+        (_set_attr("interval_s", 60.5), r"attribute 'interval_s': expected a whole number"),
+        (_set_attr("interval_s", "60"), r"attribute 'interval_s': expected a whole number"),
+        (_set_attr("start", "yesterday"), r"attribute 'start': not an ISO date and time"),
+        (_set_attr("start", 5), r"attribute 'start': expected text, got int64"),
+        (_set_attr("covariate_base_values", "{"), r"'covariate_base_values': is not valid JSON"),
+        (
+            _set_attr("covariate_base_values", '{"x": NaN}'),
+            r"'covariate_base_values': expected finite numbers by name",
+        ),
+        (_set_attr("n_steps", 7), r"attribute 'n_steps': is 7 but the series have 50 steps"),
+        (_del("@interval_s"), r"attribute 'interval_s': is missing"),
+        (_del("@start"), r"attribute 'start': is missing"),
+        (_del("@content_hash"), r"attribute 'content_hash': is missing"),
+        (_del("toy/series"), r"group 'series': is missing"),
+        (_del("toy/inputs"), r"group 'inputs': is missing"),
+        (_del("toy/time_s"), r"dataset 'time_s': is missing"),
+        (_replace_series(np.full(50, np.nan)), r"series toy/a: non-finite value nan at step 0"),
+        (_replace_series(np.full(50, np.inf)), r"series toy/a: non-finite value inf at step 0"),
+        (_replace_series(np.ones((5, 10))), r"series 'a': expected a one-dimensional dataset"),
+        (_replace_series(np.array([b"x"] * 50)), r"series 'a': expected numbers"),
+        (_replace_series(np.ones(49)), r"group 'series': series have different lengths"),
+    ],
+)
+def test_a_bad_baselines_file_names_file_simulator_and_field(tmp_path, edit, message):
+    path = write_baselines(tmp_path / "b.h5", [make()])
+    with h5py.File(path, "r+") as h5:
+        edit(h5)
+    with pytest.raises(BaselinesFileError, match=message) as error:
+        read_baselines(path)
+    assert str(error.value).startswith(f"{path}: simulator 'toy': ")
+
+
+def test_an_unsafe_simulator_name_or_an_empty_file_is_refused(tmp_path):
+    path = write_baselines(tmp_path / "b.h5", [make()])
+    with h5py.File(path, "r+") as h5:
+        h5.move("toy", ".hidden")
+    with pytest.raises(BaselinesFileError, match=r"simulator name '.hidden' is not a valid name"):
+        read_baselines(path)
+    with h5py.File(path, "r+") as h5:
+        del h5[".hidden"]
+    with pytest.raises(BaselinesFileError, match=r"b.h5: holds no simulator"):
+        read_baselines(path)
+
+
+def test_bad_baselines_are_one_error_line_from_the_command_line(tmp_path, capsys):
+    from whatif_bench.cli import main
+
+    path = write_baselines(tmp_path / "b.h5", [make()])
+    with h5py.File(path, "r+") as h5:
+        h5["toy"].attrs["interval_s"] = 0
+    expected = f"error: {path}: simulator 'toy': attribute 'interval_s': must be in"
+    for argv in (
+        ["baselines", "info", str(path)],
+        ["baselines", "plot", str(path), "--out", str(tmp_path / "png")],
+        ["generate", "--baselines", str(path), "--out", str(tmp_path / "c.h5")],
+    ):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(expected), err
+        assert "Traceback" not in err and "unexpected" not in err
+    assert not (tmp_path / "png").exists() and not (tmp_path / "c.h5").exists()
+
+
+def test_a_folder_given_as_baselines_file_is_named_as_such(tmp_path):
+    with pytest.raises(BaselinesFileError, match=r"is a folder, not a baselines file"):
+        read_baselines(tmp_path)

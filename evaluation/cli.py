@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from whatif_bench.cli_types import positive_int, seed_int
+from whatif_bench.errors import WhatIfError
 from whatif_bench.evaluation.forecasters import BASELINES, ModelError
 
 
@@ -112,6 +113,11 @@ def parse_models(text: str) -> list[str]:
     return specs
 
 
+def _number(value: float, spec: str) -> str:
+    """A score, or n/a for a model without one (it failed on every task)."""
+    return format(value, spec) if math.isfinite(value) else "n/a".rjust(len(format(0.0, spec)))
+
+
 def _note(message: str) -> None:
     print(f"note: {message}", file=sys.stderr)
 
@@ -120,6 +126,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from whatif_bench.evaluation.runner import check_out_folder, evaluate
 
     specs = parse_models(args.models)
+    if not Path(args.corpus).is_file():
+        raise WhatIfError(f"{args.corpus}: no such corpus file")
     out = check_out_folder(args.out, args.corpus)  # before importing models or reading tasks
     models = [load_model(spec) for spec in specs]
     args.interrupt_note = (
@@ -139,8 +147,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     print(f"{len(result.per_task['task_id'].unique()):,} tasks; reference {result.reference}")
     for row in board.itertuples(index=False):
         print(
-            f"  {row.model:<14} skill {row.skill_score:+.4f}  win rate {row.win_rate:.4f}  "
-            f"tasks {row.num_tasks:,}  failed {row.num_failed:,}"
+            f"  {row.model:<14} skill {_number(row.skill_score, '+.4f')}  win rate "
+            f"{_number(row.win_rate, '.4f')}  tasks {row.num_tasks:,}  failed {row.num_failed:,}"
         )
     print(f"wrote {result.out}/leaderboard.md, slices/, plots/, per_task.parquet")
     failing = result.failure_summary()

@@ -311,7 +311,13 @@ def _params(model: object) -> dict:
     attributes (instance ones win)."""
     method = getattr(model, "params", None)
     if callable(method):
-        return {"params()": _json_safe(method())}
+        try:
+            return {"params()": _json_safe(method())}
+        except Exception as exc:
+            raise ModelError(
+                f"model {getattr(model, 'name', type(model).__qualname__)!r}: params() raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
     params = {}
     for klass in reversed(type(model).__mro__[:-1]):  # object's own attributes are not params
         for key, value in vars(klass).items():

@@ -77,11 +77,14 @@ class EvaluationResult:
         total = self.per_task["task_id"].nunique()
         for model, rows in self.failures.groupby("model", sort=False):
             first = rows.iloc[0]
-            lines.append(
+            line = (
                 f"model {model!r} failed on {len(rows):,} of {total:,} tasks (first: "
                 f"{first['task_id']}: {first['failed']}); it is scored on the other "
                 f"{total - len(rows):,}"
             )
+            if model == self.reference:
+                line += "; as the reference, it leaves those tasks out of every skill score"
+            lines.append(line)
         return lines
 
 

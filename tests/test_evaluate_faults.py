@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import whatif_executable
 from whatif_bench.cli import main
-from whatif_bench.evaluation import Forecast, evaluate, runner
+from whatif_bench.evaluation import Forecast, evaluate, leaderboard, runner
 from whatif_bench.evaluation.forecasters import ModelError, fingerprint
 from whatif_bench.generator import GenerationConfig, generate
 from whatif_bench.outputs import OutputError, output_lock
@@ -185,6 +185,46 @@ def test_a_failing_model_is_reported_by_task_and_does_not_move_the_others(
     assert (per_task.loc[per_task["model"] != "bad", "failed"] == "").all()
     line = result.failure_summary()[0]
     assert line.startswith(f"model 'bad' failed on {expected:,} of {n_tasks:,} tasks (first: ")
+
+
+def test_failures_in_worker_processes_are_reported_the_same(tmp_path, corpus_path, clean):
+    result = evaluate(
+        corpus_path,
+        ["naive", "ridge", Bad("half-nan")],
+        tmp_path / "o",
+        subset=SUBSET,
+        jobs=2,
+        progress=False,
+    )
+    assert len(result.failures) == result.per_task["task_id"].nunique() // 2
+    board, reference = (r.leaderboard.set_index("model") for r in (result, clean))
+    assert board.loc["ridge", "skill_score"] == reference.loc["ridge", "skill_score"]
+
+
+def test_a_failing_reference_is_reported_and_scores_nobody(tmp_path, corpus_path):
+    result = evaluate(
+        corpus_path, [Bad("raises"), "naive"], tmp_path / "o", reference="bad", progress=False
+    )
+    (line,) = result.failure_summary()
+    assert "as the reference, it leaves those tasks out of every skill score" in line
+    board = result.leaderboard.set_index("model")
+    assert board["skill_score"].isna().all() and board.loc["naive", "num_tasks"] > 0
+
+
+def test_aggregates_leave_out_failed_tasks_pair_by_pair():
+    nan = np.nan
+    errors = pd.DataFrame(
+        {"ref": [1.0, 1.0, 1.0, 1.0], "a": [0.5, 0.5, nan, nan], "b": [2.0, 2.0, 2.0, 2.0]}
+    )
+    board = leaderboard(errors, "ref")
+    assert board.loc["a", "skill_score"] == pytest.approx(0.5)  # its two tasks
+    assert board.loc["b", "skill_score"] == pytest.approx(-1.0)  # all four
+    assert board["num_tasks"].to_dict() == {"a": 2, "ref": 4, "b": 4}
+    assert board["win_rate"].to_dict() == {"a": 1.0, "ref": 0.5, "b": 0.0}
+    errors["a"] = nan  # failed everywhere: listed, without a score, last
+    board = leaderboard(errors, "ref")
+    assert board.index[-1] == "a" and np.isnan(board.loc["a", "skill_score"])
+    assert board.loc["a", "num_tasks"] == 0 and board.loc["ref", "win_rate"] == 1.0
 
 
 def test_the_command_line_warns_per_failing_model_and_exits_1(tmp_path, corpus_path, capsys):

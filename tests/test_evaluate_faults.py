@@ -30,6 +30,7 @@ from whatif_bench.outputs import OutputError, output_lock
 from whatif_bench.simulators import shipped_baselines_path
 
 SUBSET = 0.1
+SLOW_MODEL = "import time\nclass Slow:\n    name = 'slow'\n    def predict(self, batch):\n        time.sleep(120)\n"
 
 
 @pytest.fixture(scope="module")
@@ -549,6 +550,39 @@ def test_a_second_evaluation_into_the_same_folder_fails_at_once(tmp_path, corpus
     evaluate(corpus_path, ["naive"], out, subset=SUBSET, progress=False)  # free again
 
 
+def test_a_second_evaluate_process_fails_at_once_while_the_first_runs(tmp_path, corpus_path):
+    model = tmp_path / "slow.py"
+    model.write_text(SLOW_MODEL)
+    out = tmp_path / "o"
+    args = ["evaluate", str(corpus_path), "--out", str(out), "--subset", str(SUBSET)]
+    first = subprocess.Popen(
+        [*whatif_executable(), *args, "--models", f"naive,{model}:Slow"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while (
+            time.monotonic() < deadline and not (out / "per_task" / "slow" / "model.json").exists()
+        ):
+            time.sleep(0.2)
+        assert first.poll() is None
+        started = time.monotonic()
+        second = subprocess.run(
+            [*whatif_executable(), *args, "--models", "naive"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1 and time.monotonic() - started < 30
+        assert_clean_error(
+            second.stderr, f"{out}: another whatif evaluate is writing into this folder"
+        )
+    finally:
+        first.kill()
+        first.wait()
+
+
 def test_reports_are_written_atomically(tmp_path, corpus_path):
     out = tmp_path / "o"
     evaluate(corpus_path, ["naive"], out, subset=SUBSET, progress=False)
@@ -584,12 +618,7 @@ def _alive(pid: int, start: str) -> bool:
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_workers_die_with_a_killed_parent(tmp_path, corpus_path, how):
     model = tmp_path / "slow.py"
-    model.write_text(
-        "import time\n"
-        "from whatif_bench.evaluation import Forecast\n"
-        "class Slow:\n    name = 'slow'\n    def predict(self, batch):\n"
-        "        time.sleep(120)\n"
-    )
+    model.write_text(SLOW_MODEL)
     command = [
         *whatif_executable(),
         "evaluate",

@@ -5,9 +5,24 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import math
+import sys
 from pathlib import Path
 
+from whatif_bench.cli_types import positive_int, seed_int
 from whatif_bench.errors import WhatIfError
+from whatif_bench.evaluation.forecasters import BASELINES, ModelError
+
+
+def fraction(text: str) -> float:
+    """``--subset``: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 < value <= 1.0:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text!r}")
+    return value
 
 
 def add_arguments(subparsers) -> None:
@@ -19,51 +34,131 @@ def add_arguments(subparsers) -> None:
         help="comma-separated baselines, or FILE.py:Class / module:Class for your own",
     )
     parser.add_argument("--out", required=True, help="folder for per-task errors, tables and plots")
-    parser.add_argument("--subset", type=float, help="stratified fraction of the tasks (e.g. 0.05)")
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument(
+        "--subset", type=fraction, help="stratified fraction of the tasks (e.g. 0.05)"
+    )
+    parser.add_argument("--jobs", type=positive_int, default=1, help="worker processes (default 1)")
     parser.add_argument("--reference", default="naive", help="reference model of the skill score")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the --subset draw")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the --subset draw")
     parser.set_defaults(handler=_evaluate)
 
 
+def _import_module(spec: str, where: str):
+    """The module ``where`` (a .py file or a dotted name); any failure is a ``ModelError``."""
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise ModelError(f"model {spec!r}: file {where} not found")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if module_spec is None or module_spec.loader is None:
+                raise ModelError(f"model {spec!r}: {where} cannot be loaded as a Python module")
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+            return module
+        return importlib.import_module(where)
+    except ModelError:
+        raise
+    except SyntaxError as exc:
+        raise ModelError(
+            f"model {spec!r}: syntax error in {exc.filename or where} line {exc.lineno}: {exc.msg}"
+        ) from None
+    except ModuleNotFoundError as exc:
+        raise ModelError(f"model {spec!r}: cannot import {where} ({exc})") from None
+    except Exception as exc:
+        raise ModelError(
+            f"model {spec!r}: importing {where} raised {type(exc).__name__}: {exc}"
+        ) from None
+
+
 def load_model(spec: str):
-    """A baseline name, or ``path/to/file.py:Class`` / ``package.module:Class`` (instantiated)."""
+    """A baseline name, or ``path/to/file.py:Class`` / ``package.module:Class`` (instantiated).
+
+    Any failure (unknown name, missing file, import error, missing class, a constructor that
+    raises) is one ``ModelError`` naming ``spec``."""
     if ":" not in spec:
+        if spec not in BASELINES:
+            raise ModelError(
+                f"unknown model {spec!r}; baselines: {list(BASELINES)}, or give FILE.py:Class "
+                "or module:Class"
+            )
         return spec
     where, _, name = spec.rpartition(":")
-    if where.endswith(".py"):
-        path = Path(where)
-        if not path.is_file():
-            raise WhatIfError(f"model file {where} not found")
-        module_spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(where)
+    if not where or not name:
+        raise ModelError(f"model {spec!r}: expected FILE.py:Class or module:Class")
+    module = _import_module(spec, where)
+    factory = getattr(module, name, None)
+    if factory is None:
+        raise ModelError(f"model {spec!r}: {where} has no class {name!r}")
+    if not callable(factory):
+        raise ModelError(f"model {spec!r}: {where}.{name} is not a class")
     try:
-        return getattr(module, name)()
-    except AttributeError:
-        raise WhatIfError(f"{where} has no class {name!r}") from None
+        return factory()
+    except Exception as exc:
+        raise ModelError(
+            f"model {spec!r}: creating {name}() raised {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def parse_models(text: str) -> list[str]:
+    """The comma-separated model specs; empty items and repeats are errors."""
+    specs = [item.strip() for item in text.split(",")]
+    if not any(specs):
+        raise ModelError("--models is empty; give baseline names or FILE.py:Class")
+    if "" in specs:
+        raise ModelError(f"--models {text!r} has an empty item (a stray comma?)")
+    repeated = sorted({s for s in specs if specs.count(s) > 1})
+    if repeated:
+        raise ModelError(f"--models lists {', '.join(repeated)} more than once")
+    return specs
+
+
+def _number(value: float, spec: str) -> str:
+    """A score, or n/a for a model without one (it failed on every task)."""
+    return format(value, spec) if math.isfinite(value) else "n/a".rjust(len(format(0.0, spec)))
+
+
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from whatif_bench.evaluation.runner import evaluate
+    from whatif_bench.evaluation.runner import check_out_folder, evaluate
 
-    models = [load_model(m.strip()) for m in args.models.split(",") if m.strip()]
-    if not models:
-        raise WhatIfError("--models is empty")
+    specs = parse_models(args.models)
+    if not Path(args.corpus).is_file():
+        raise WhatIfError(f"{args.corpus}: no such corpus file")
+    out = check_out_folder(args.out, args.corpus)  # before importing models or reading tasks
+    models = [load_model(spec) for spec in specs]
+    args.interrupt_note = (
+        f"finished chunks were kept in {out}/per_task; run the same command again to resume"
+    )
     result = evaluate(
         args.corpus,
         models,
-        args.out,
+        out,
         subset=args.subset,
         jobs=args.jobs,
         reference=args.reference,
         seed=args.seed,
+        log=_note,
     )
     board = result.leaderboard
     print(f"{len(result.per_task['task_id'].unique()):,} tasks; reference {result.reference}")
     for row in board.itertuples(index=False):
-        print(f"  {row.model:<14} skill {row.skill_score:+.4f}  win rate {row.win_rate:.4f}")
+        print(
+            f"  {row.model:<14} skill {_number(row.skill_score, '+.4f')}  win rate "
+            f"{_number(row.win_rate, '.4f')}  tasks {row.num_tasks:,}  failed {row.num_failed:,}"
+        )
     print(f"wrote {result.out}/leaderboard.md, slices/, plots/, per_task.parquet")
+    failing = result.failure_summary()
+    for line in failing:
+        print(f"warning: {line}", file=sys.stderr)
+    if failing:
+        print(
+            f"error: {len(failing)} model(s) failed on some tasks (reasons in the failed column "
+            f"of {result.out}/per_task.parquet); the reports score them on the other tasks",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -13,12 +13,21 @@ To score your own model, implement ``predict``::
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from whatif_bench._version import __version__
+from whatif_bench.errors import WhatIfError
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
+
+
+class ModelError(WhatIfError, ValueError):
+    """A model cannot be used: unknown baseline name, bad name, no ``predict``."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,12 @@ class Forecast:
 
 
 class Forecaster(Protocol):
-    """Anything with a ``name`` and a batch ``predict``."""
+    """Anything with a ``name`` and a batch ``predict``.
+
+    ``name`` names the model's folder of results, so it must be a safe file name (letters,
+    digits and ``. _ + - = @``). An optional ``params()`` returning a JSON-able dict replaces
+    the instance's attributes in the model's fingerprint (see ``fingerprint``).
+    """
 
     name: str
 
@@ -266,6 +280,86 @@ BASELINES = {
 def make_forecaster(name: str) -> Forecaster:
     """A baseline by name; the error lists the valid names."""
     try:
-        return BASELINES[name]()
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; baselines: {list(BASELINES)}") from None
+        factory = BASELINES[name]
+    except (KeyError, TypeError):
+        raise ModelError(f"unknown model {name!r}; baselines: {list(BASELINES)}") from None
+    return factory()
+
+
+def _json_safe(value: object, depth: int = 0) -> object:
+    """``value`` as plain JSON: numbers, strings, lists and dicts as they are, arrays by a hash
+    of their bytes, anything else by its type alone (its repr may hold a memory address)."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float | np.integer | np.floating):
+        number = value.item() if isinstance(value, np.generic) else value
+        return number if not isinstance(number, float) or np.isfinite(number) else repr(number)
+    if depth < 4 and isinstance(value, list | tuple):
+        return [_json_safe(v, depth + 1) for v in value]
+    if depth < 4 and isinstance(value, dict):
+        return {str(k): _json_safe(v, depth + 1) for k, v in sorted(value.items(), key=str)}
+    if isinstance(value, np.ndarray):
+        data = np.ascontiguousarray(value)
+        digest = hashlib.sha256(data.tobytes()).hexdigest()[:16]
+        return {"array": str(data.dtype), "shape": list(data.shape), "sha256": digest}
+    kind = type(value)
+    return {"type": f"{kind.__module__}.{kind.__qualname__}"}
+
+
+def _params(model: object) -> dict:
+    """The model's ``params()`` if it has one, else its public non-callable class and instance
+    attributes (instance ones win)."""
+    method = getattr(model, "params", None)
+    if callable(method):
+        try:
+            return {"params()": _json_safe(method())}
+        except Exception as exc:
+            raise ModelError(
+                f"model {getattr(model, 'name', type(model).__qualname__)!r}: params() raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+    params = {}
+    for klass in reversed(type(model).__mro__[:-1]):  # object's own attributes are not params
+        for key, value in vars(klass).items():
+            if (
+                not key.startswith("_")
+                and not callable(value)
+                and not isinstance(value, property | classmethod | staticmethod)
+            ):
+                params[key] = value
+    params.update(
+        {k: v for k, v in getattr(model, "__dict__", {}).items() if not k.startswith("_")}
+    )
+    return _json_safe(params)
+
+
+def _source_file(model: object) -> Path | None:
+    predict = getattr(type(model), "predict", None)
+    code = getattr(predict, "__code__", None)
+    if code is not None and Path(code.co_filename).is_file():
+        return Path(code.co_filename)
+    return None
+
+
+def fingerprint(model: Forecaster | str) -> dict:
+    """What identifies a model's results, so changed models are not scored from old chunks.
+
+    A baseline by name: its name, the toolkit version and its parameters. A model object: its
+    qualified class name, the SHA-256 of the file defining its ``predict``, and its parameters
+    (``params()``, or its attributes). ``fingerprint["id"]`` is a short hash of the rest.
+    """
+    if isinstance(model, str):
+        instance = make_forecaster(model)
+        content = {"baseline": model, "version": __version__, "params": _params(instance)}
+    else:
+        klass = type(model)
+        source = _source_file(model)
+        content = {
+            "class": f"{klass.__module__}.{klass.__qualname__}",
+            "source": str(source) if source else None,
+            "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest() if source else None,
+            "params": _params(model),
+        }
+    hashed = {k: v for k, v in content.items() if k != "source"}  # moving the file is no change
+    text = json.dumps(hashed, sort_keys=True, default=str)
+    return {"id": hashlib.sha256(text.encode()).hexdigest()[:16], **content}

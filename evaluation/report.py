@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from whatif_bench.evaluation.aggregate import leaderboard
+from whatif_bench.outputs import atomic_output, make_folder, write_text_atomic
 
 SLICES = {
     "simulator": "simulator",
@@ -19,10 +21,12 @@ SLICES = {
 
 
 def errors_table(per_task: pd.DataFrame, metric: str = "wql") -> pd.DataFrame:
-    """Task x model matrix of one metric (only tasks every model was scored on)."""
-    return per_task.pivot_table(
-        index="task_id", columns="model", values=metric, aggfunc="first"
-    ).dropna()
+    """Task x model matrix of one metric; NaN where a model failed on the task."""
+    models = list(dict.fromkeys(per_task["model"]))
+    table = per_task.pivot_table(
+        index="task_id", columns="model", values=metric, aggfunc="first", dropna=False
+    )
+    return table.reindex(columns=models)
 
 
 def sliced(per_task: pd.DataFrame, column: str, reference: str) -> pd.DataFrame:
@@ -44,21 +48,37 @@ def _markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write ``path`` atomically: ``write`` fills a temporary file that is renamed when done."""
+    with atomic_output(path) as tmp:
+        write(tmp)
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    _write(path, lambda tmp: frame.to_csv(tmp, index=False))
+
+
 def write_reports(per_task: pd.DataFrame, reference: str, out: Path) -> pd.DataFrame:
-    """Write leaderboard.{md,csv}, slices/<axis>.{md,csv} and plots/skill_by_<axis>.png."""
+    """Write leaderboard.{md,csv}, slices/<axis>.{md,csv} and plots/skill_by_<axis>.png.
+
+    The leaderboard has ``num_tasks`` (tasks each model was scored on) and ``num_failed``
+    (tasks it failed on, left out of its scores; see the ``failed`` column of per_task)."""
     board = leaderboard(errors_table(per_task), reference).reset_index(names="model")
-    board.to_csv(out / "leaderboard.csv", index=False)
+    failed = per_task[per_task["failed"] != ""].groupby("model").size()
+    board["num_failed"] = board["model"].map(failed).fillna(0).astype(int)
+    _write_csv(board, out / "leaderboard.csv")
     text = [
         f"# Leaderboard (reference: {reference}; metric: wQL, point forecasts at the 0.5 level)\n",
+        "num_tasks: tasks the model was scored on; num_failed: tasks it failed on (left out of "
+        "its scores; see the failed column of per_task.parquet).\n",
         _markdown(board),
     ]
-    slices = out / "slices"
-    slices.mkdir(exist_ok=True)
+    slices = make_folder(out / "slices")
     for axis, column in SLICES.items():
         table = sliced(per_task, column, reference)
-        table.to_csv(slices / f"{axis}.csv", index=False)
-        (slices / f"{axis}.md").write_text(
-            f"# Skill score and win rate by {axis}\n\n" + _markdown(table)
+        _write_csv(table, slices / f"{axis}.csv")
+        write_text_atomic(
+            slices / f"{axis}.md", f"# Skill score and win rate by {axis}\n\n" + _markdown(table)
         )
         text += [
             f"\n## By {axis}\n",
@@ -66,7 +86,7 @@ def write_reports(per_task: pd.DataFrame, reference: str, out: Path) -> pd.DataF
                 table.pivot(index=column, columns="model", values="skill_score").reset_index()
             ),
         ]
-    (out / "leaderboard.md").write_text("\n".join(text))
+    write_text_atomic(out / "leaderboard.md", "\n".join(text))
     _plots(per_task, reference, out / "plots")
     return board
 
@@ -77,7 +97,7 @@ def _plots(per_task: pd.DataFrame, reference: str, folder: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    folder.mkdir(exist_ok=True)
+    make_folder(folder)
     for axis, column in SLICES.items():
         if axis == "future":
             continue
@@ -104,5 +124,8 @@ def _plots(per_task: pd.DataFrame, reference: str, folder: Path) -> None:
         axes[0, -1].legend(fontsize=7)
         figure.suptitle(f"Skill score by {axis}, split by future type and simulator", fontsize=10)
         figure.tight_layout()
-        figure.savefig(folder / f"skill_by_{axis}.png", dpi=100)
+        _write(
+            folder / f"skill_by_{axis}.png",
+            lambda tmp, figure=figure: figure.savefig(tmp, dpi=100, format="png"),
+        )
         plt.close(figure)

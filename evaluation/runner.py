@@ -3,24 +3,49 @@
 Per-task results are written in chunks of ``CHUNK`` tasks per model under
 ``<out>/per_task/<model>/``; a chunk already on disk is not computed again, so an interrupted
 evaluation resumes where it stopped. A ``manifest.json`` ties the folder to one corpus and one
-task selection.
+task selection; each model folder's ``model.json`` holds the model's fingerprint, and a model
+whose fingerprint changed has its chunks deleted and recomputed. A chunk that cannot be read
+(truncated, empty) is recomputed, and so is a chunk with failed tasks (a retry).
+
+A model that fails (``predict`` raises, returns None or the wrong number of forecasts, a
+forecast of the wrong shape or with NaN/inf) fails only the tasks concerned: they are kept in
+``per_task.parquet`` with the reason in the ``failed`` column (empty when scored) and NaN
+errors, and are left out of that model's aggregates. ``EvaluationResult.failures`` lists them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from whatif_bench.errors import WhatIfError
-from whatif_bench.evaluation.forecasters import Forecaster, TaskInput, make_forecaster
-from whatif_bench.evaluation.metrics import score
+from whatif_bench.evaluation.forecasters import (
+    Forecaster,
+    ModelError,
+    TaskInput,
+    fingerprint,
+    make_forecaster,
+)
+from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, score
+from whatif_bench.outputs import (
+    OutputError,
+    atomic_output,
+    check_output_path,
+    make_folder,
+    output_lock,
+    safe_name,
+    temporary_path,
+    write_text_atomic,
+)
 
 CHUNK = 256
 STRATA = ["simulator", "future", "k", "c_label", "event_length", "e_setting"]
@@ -38,12 +63,35 @@ class EvaluationResult:
     leaderboard: pd.DataFrame
     reference: str
     out: Path
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failures(self) -> pd.DataFrame:
+        """The failed (task, model) rows: task_id, model and the reason in ``failed``."""
+        failed = self.per_task[self.per_task["failed"] != ""]
+        return failed[["task_id", "model", "failed"]].reset_index(drop=True)
+
+    def failure_summary(self) -> list[str]:
+        """One line per model that failed on some task: count, first task and its reason."""
+        lines = []
+        total = self.per_task["task_id"].nunique()
+        for model, rows in self.failures.groupby("model", sort=False):
+            first = rows.iloc[0]
+            line = (
+                f"model {model!r} failed on {len(rows):,} of {total:,} tasks (first: "
+                f"{first['task_id']}: {first['failed']}); it is scored on the other "
+                f"{total - len(rows):,}"
+            )
+            if model == self.reference:
+                line += "; as the reference, it leaves those tasks out of every skill score"
+            lines.append(line)
+        return lines
 
 
 def select_tasks(frame: pd.DataFrame, subset: float | None, seed: int = 0) -> pd.DataFrame:
     """All tasks, or a stratified sample: ``ceil(fraction x n)`` of the tasks of every combination
     of simulator, future, K, C, l and E (the strata hold one task per target)."""
-    if subset is not None and not 0.0 < subset <= 1.0:
+    if subset is not None and not (isinstance(subset, int | float) and 0.0 < subset <= 1.0):
         raise EvaluationError(f"--subset must be a fraction in (0, 1], got {subset}")
     if subset is None or subset == 1.0:
         return frame.reset_index(drop=True)
@@ -59,10 +107,92 @@ def _model_label(model: Forecaster | str) -> str:
     return model if isinstance(model, str) else model.name
 
 
+def _class_name(model: object) -> str:
+    return f"{type(model).__module__}.{type(model).__qualname__}"
+
+
+def check_models(models: list[Forecaster | str]) -> list[str]:
+    """The models' names, once each is known to be usable; a clear error naming the model if
+    not (unknown baseline, name missing, not a string or not a safe file name, no predict)."""
+    if not isinstance(models, list | tuple) or not models:
+        raise ModelError(f"give a non-empty list of models, got {models!r}")
+    labels = []
+    for model in models:
+        if isinstance(model, str):
+            make_forecaster(model)  # unknown names fail before any work
+            labels.append(model)
+            continue
+        klass = _class_name(model)
+        if not hasattr(model, "name"):
+            raise ModelError(f"model {klass} has no name attribute")
+        if not isinstance(model.name, str):
+            raise ModelError(f"model {klass}: name must be a string, got {model.name!r}")
+        labels.append(safe_name(model.name, f"model {klass}: its name"))
+        if not callable(getattr(model, "predict", None)):
+            raise ModelError(f"model {model.name!r} ({klass}) has no predict method")
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise EvaluationError(f"model names must be unique, got {duplicates} twice or more")
+    return labels
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split()) or "no message"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _predict(forecaster, inputs: list[TaskInput]) -> list | str:
+    """The model's forecasts, or the reason they are unusable as a whole."""
+    try:
+        forecasts = forecaster.predict(inputs)
+    except Exception as exc:  # a model's own bug fails its tasks, not the evaluation
+        return _one_line(f"predict raised {type(exc).__name__}: {exc}")
+    if forecasts is None:
+        return "predict returned None, not a list of forecasts"
+    try:
+        forecasts = list(forecasts)
+    except TypeError:
+        return f"predict returned a {type(forecasts).__name__}, not a list of forecasts"
+    if len(forecasts) != len(inputs):
+        return f"predict returned {len(forecasts)} forecasts for {len(inputs)} tasks"
+    return forecasts
+
+
+def _score_forecast(truth: np.ndarray, forecast) -> dict[str, float] | str:
+    """wql and wape of one forecast, or the reason it cannot be scored."""
+    if forecast is None:
+        return "forecast is None"
+    if not hasattr(forecast, "point") and not hasattr(forecast, "quantiles"):
+        return f"forecast is a {type(forecast).__name__}, not a Forecast"
+    horizon = truth.shape[0]
+    arrays = {}
+    for name, shape in (("point", (horizon,)), ("quantiles", (horizon, len(QUANTILE_LEVELS)))):
+        value = getattr(forecast, name, None)
+        if value is None:
+            continue
+        try:
+            array = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            return f"{name} forecast is not numeric"
+        if array.shape != shape:
+            return f"{name} forecast has shape {array.shape}, expected {shape}"
+        if not np.all(np.isfinite(array)):
+            return f"{name} forecast has NaN or infinite values"
+        arrays[name] = array
+    if not arrays:
+        return "forecast has neither a point forecast nor quantiles"
+    metrics = score(truth, arrays.get("point"), arrays.get("quantiles"))
+    if not all(np.isfinite(v) for v in metrics.values()):
+        return f"score is not finite ({metrics})"
+    return metrics
+
+
 def _score_chunk(
     corpus_path: str, task_ids: list[str], models: list[Forecaster | str]
 ) -> list[pd.DataFrame]:
-    """Forecast and score one chunk of tasks with several models; reads the tasks once."""
+    """Forecast and score one chunk of tasks with several models; reads the tasks once.
+
+    Each frame has task_id, model, wql, wape and failed (the reason, empty when scored)."""
     from whatif_bench.generator.corpus import Corpus
 
     with Corpus(corpus_path) as corpus:
@@ -71,30 +201,58 @@ def _score_chunk(
     frames = []
     for model in models:
         forecaster = make_forecaster(model) if isinstance(model, str) else model
-        forecasts = forecaster.predict(inputs)
-        if len(forecasts) != len(tasks):
-            raise EvaluationError(
-                f"model {forecaster.name!r} returned {len(forecasts)} forecasts for {len(tasks)} tasks"
-            )
+        forecasts = _predict(forecaster, inputs)
         rows = []
-        for task, forecast in zip(tasks, forecasts, strict=True):
-            for name, value in (("point", forecast.point), ("quantiles", forecast.quantiles)):
-                if value is not None and np.asarray(value).shape[0] != task.prediction_length:
-                    raise EvaluationError(
-                        f"model {forecaster.name!r}: {name} forecast of {task.task_id} has the wrong length"
+        for index, task in enumerate(tasks):
+            result = forecasts if isinstance(forecasts, str) else None
+            if result is None:
+                try:
+                    result = _score_forecast(
+                        task.future_target.astype(np.float64), forecasts[index]
                     )
-            metrics = score(
-                task.future_target.astype(np.float64), forecast.point, forecast.quantiles
-            )
-            rows.append({"task_id": task.task_id, "model": _model_label(model), **metrics})
-        frames.append(pd.DataFrame(rows))
+                except Exception as exc:
+                    result = _one_line(f"scoring raised {type(exc).__name__}: {exc}")
+            failed = result if isinstance(result, str) else ""
+            metrics = {"wql": np.nan, "wape": np.nan} if failed else result
+            label = _model_label(model)
+            rows.append({"task_id": task.task_id, "model": label, **metrics, "failed": failed})
+        frames.append(pd.DataFrame(rows, columns=CHUNK_COLUMNS))
     return frames
 
 
-def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+CHUNK_COLUMNS = ["task_id", "model", "wql", "wape", "failed"]
+
+
+def _write_chunk(frame: pd.DataFrame, path: Path) -> None:
+    """Write a chunk under a temporary name, then rename (the folder lock is already held)."""
+    tmp = temporary_path(path)
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _read_chunk(path: Path, ids: list[str], label: str) -> tuple[pd.DataFrame | None, str | None]:
+    """A chunk on disk if it is complete and clean; else None (recompute) and why, if notable."""
+    if not path.exists():
+        return None, None
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # truncated, empty or not parquet at all
+        return None, f"{path}: unreadable ({_one_line(exc, 120)}); recomputing it"
+    if (
+        list(frame.columns) != CHUNK_COLUMNS
+        or frame["task_id"].tolist() != ids
+        or set(frame["model"]) != {label}
+    ):
+        return None, f"{path}: does not hold this chunk's results; recomputing it"
+    if (frame["failed"] != "").any():
+        return None, None  # failed tasks are retried
+    return frame, None
 
 
 def _manifest(
@@ -113,6 +271,72 @@ def _manifest(
     }
 
 
+def _read_json(path: Path) -> dict:
+    """A JSON object from ``path``, or ``EvaluationError`` naming the file."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        why = "empty" if path.is_file() and path.stat().st_size == 0 else _one_line(exc, 120)
+        raise EvaluationError(
+            f"{path}: not a readable evaluation manifest ({why}); delete it or use a new --out"
+        ) from None
+    if not isinstance(value, dict):
+        raise EvaluationError(
+            f"{path}: not an evaluation manifest (a JSON object); delete it or use a new --out"
+        )
+    return value
+
+
+@contextlib.contextmanager
+def _lock_folder(out: Path) -> Iterator[None]:
+    """Hold ``out/.evaluation.lock`` so two evaluations never write the same folder."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(output_lock(out / "evaluation"))
+        except OutputError as exc:
+            if "another whatif run" not in str(exc):
+                raise
+            raise OutputError(
+                f"{out}: another whatif evaluate is writing into this folder; wait for it to "
+                "finish or choose another --out"
+            ) from None
+        yield
+
+
+def check_out_folder(out: str | os.PathLike, corpus_path: str | os.PathLike) -> Path:
+    """``out`` as a folder that exists and can be written, or a clear ``OutputError``."""
+    if str(out).strip() == "":
+        raise OutputError("the output folder (--out) is empty; give a folder for the results")
+    out = check_output_path(out, inputs=[corpus_path], folder=True)
+    return make_folder(out)
+
+
+def _prepare_model_folder(
+    folder: Path, label: str, model: Forecaster | str, log: Callable[[str], None]
+) -> None:
+    """Make ``folder`` hold results of this very model: a changed fingerprint deletes the old
+    chunks (they were scored by another version of the model)."""
+    make_folder(folder)
+    current = fingerprint(model)
+    meta = folder / "model.json"
+    try:
+        stored = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        stored = None
+    if isinstance(stored, dict) and stored.get("id") == current["id"]:
+        return
+    old = sorted(folder.glob("chunk-*.parquet"))
+    if old:
+        was = stored.get("id") if isinstance(stored, dict) else "unknown"
+        log(
+            f"model {label!r} changed since its results in {folder} were written (fingerprint "
+            f"{was} -> {current['id']}); recomputing them"
+        )
+        for path in old:
+            path.unlink()
+    write_text_atomic(meta, json.dumps(current, indent=1) + "\n")
+
+
 def evaluate(
     corpus_path: str | os.PathLike,
     models: list[Forecaster | str],
@@ -122,75 +346,95 @@ def evaluate(
     reference: str = "naive",
     seed: int = 0,
     progress: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> EvaluationResult:
-    """Score every model on the corpus (or a stratified subset) and write the reports to ``out``."""
-    from joblib import Parallel, delayed
+    """Score every model on the corpus (or a stratified subset) and write the reports to ``out``.
+
+    ``log`` receives notes as they happen (a changed model or an unreadable chunk recomputed);
+    they are also in ``result.notes``. Model failures do not raise: see ``result.failures``.
+    """
     from tqdm import tqdm
 
     from whatif_bench.evaluation.report import write_reports
     from whatif_bench.generator.corpus import Corpus
+    from whatif_bench.workers import parallel
 
-    corpus_path, out = Path(corpus_path), Path(out)
-    labels = [_model_label(m) for m in models]
-    if len(set(labels)) != len(labels):
-        raise EvaluationError(f"model names must be unique, got {labels}")
-    for model in models:
-        if isinstance(model, str):
-            make_forecaster(model)  # unknown names fail before any work
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise EvaluationError(f"jobs must be a positive integer, got {jobs!r}")
+    labels = check_models(models)
     if reference not in labels:
         raise EvaluationError(
             f"the reference model {reference!r} must be one of the models {labels}"
         )
-    with Corpus(corpus_path) as corpus:
-        frame, attrs = corpus.tasks_frame(), corpus.attrs
-    if frame.empty:
-        raise EvaluationError(f"{corpus_path} holds no tasks")
-    tasks = select_tasks(frame, subset, seed)
-    manifest = _manifest(corpus_path, attrs, tasks, subset, seed)
-    out.mkdir(parents=True, exist_ok=True)
-    manifest_path = out / "manifest.json"
-    if manifest_path.exists():
-        previous = json.loads(manifest_path.read_text())
-        if previous != manifest:
-            raise EvaluationError(
-                f"{out} holds results of another evaluation (corpus or selection differ); use a new --out"
+    out = check_out_folder(out, corpus_path)
+    corpus_path = Path(corpus_path)
+    notes: list[str] = []
+
+    def note(message: str) -> None:
+        notes.append(message)
+        if log is not None:
+            log(message)
+
+    with _lock_folder(out):
+        with Corpus(corpus_path) as corpus:
+            frame, attrs = corpus.tasks_frame(), corpus.attrs
+        if frame.empty:
+            raise EvaluationError(f"{corpus_path} holds no tasks")
+        tasks = select_tasks(frame, subset, seed)
+        manifest = _manifest(corpus_path, attrs, tasks, subset, seed)
+        manifest_path = out / "manifest.json"
+        if manifest_path.exists():
+            if _read_json(manifest_path) != manifest:
+                raise EvaluationError(
+                    f"{out} holds results of another evaluation (corpus or selection differ); "
+                    "use a new --out"
+                )
+        else:
+            write_text_atomic(manifest_path, json.dumps(manifest, indent=1))
+
+        ids = tasks["task_id"].tolist()
+        chunks = [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
+        folders = {label: out / "per_task" / label for label in labels}
+        for model, label in zip(models, labels, strict=True):
+            _prepare_model_folder(folders[label], label, model, note)
+        done: dict[tuple[str, int], pd.DataFrame] = {}
+        todo = []  # (index, chunk, [(model, label), ...]) for chunks some model still needs
+        for index, chunk in enumerate(chunks):
+            pending = []
+            for model, label in zip(models, labels, strict=True):
+                frame, why = _read_chunk(folders[label] / _chunk_name(index), chunk, label)
+                if why:
+                    note(why)
+                if frame is None:
+                    pending.append((model, label))
+                else:
+                    done[label, index] = frame
+            if pending:
+                todo.append((index, chunk, pending))
+        bar = tqdm(total=len(todo), desc="evaluating", unit="chunk", disable=not progress)
+        calls = [(str(corpus_path), chunk, [m for m, _ in pending]) for _, chunk, pending in todo]
+        if jobs == 1:
+            results = (_score_chunk(*call) for call in calls)
+        else:
+            from joblib import delayed
+
+            results = parallel(jobs, return_as="generator")(
+                delayed(_score_chunk)(*call) for call in calls
             )
-    else:
-        manifest_path.write_text(json.dumps(manifest, indent=1))
+        for (index, _, pending), frames in zip(todo, results, strict=True):
+            for (_, label), frame in zip(pending, frames, strict=True):
+                _write_chunk(frame, folders[label] / _chunk_name(index))
+                done[label, index] = frame
+            bar.update()
+        bar.close()
 
-    ids = tasks["task_id"].tolist()
-    chunks = [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
-    for label in labels:
-        (out / "per_task" / label).mkdir(parents=True, exist_ok=True)
-    todo = []  # (chunk, [(model, path), ...]) for chunks some model has not scored yet
-    for index, chunk in enumerate(chunks):
-        pending = [
-            (model, out / "per_task" / label / f"chunk-{index:05d}.parquet")
-            for model, label in zip(models, labels, strict=True)
-        ]
-        pending = [(model, path) for model, path in pending if not path.exists()]
-        if pending:
-            todo.append((chunk, pending))
-    bar = tqdm(total=len(todo), desc="evaluating", unit="chunk", disable=not progress)
-    calls = [(str(corpus_path), chunk, [m for m, _ in pending]) for chunk, pending in todo]
-    if jobs == 1:
-        results = (_score_chunk(*call) for call in calls)
-    else:
-        results = Parallel(n_jobs=jobs, return_as="generator")(
-            delayed(_score_chunk)(*call) for call in calls
-        )
-    for (_, pending), frames in zip(todo, results, strict=True):
-        for (_, path), frame in zip(pending, frames, strict=True):
-            _write_atomic(frame, path)
-        bar.update()
-    bar.close()
+        parts = [done[label, index] for label in labels for index in range(len(chunks))]
+        per_task = pd.concat(parts, ignore_index=True).merge(tasks, on="task_id", how="inner")
+        with atomic_output(out / "per_task.parquet") as tmp:
+            per_task.to_parquet(tmp, index=False)
+        board = write_reports(per_task, reference, out)
+    return EvaluationResult(per_task, board, reference, out, notes)
 
-    parts = [
-        pd.read_parquet(p)
-        for label in labels
-        for p in sorted((out / "per_task" / label).glob("chunk-*.parquet"))
-    ]
-    per_task = pd.concat(parts, ignore_index=True).merge(tasks, on="task_id", how="inner")
-    per_task.to_parquet(out / "per_task.parquet", index=False)
-    board = write_reports(per_task, reference, out)
-    return EvaluationResult(per_task, board, reference, out)
+
+def _chunk_name(index: int) -> str:
+    return f"chunk-{index:05d}.parquet"

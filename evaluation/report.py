@@ -50,7 +50,7 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 def _write(path: Path, write: Callable[[Path], None]) -> None:
     """Write ``path`` atomically: ``write`` fills a temporary file that is renamed when done."""
-    with atomic_output(path) as tmp:
+    with atomic_output(path, lock=False) as tmp:
         write(tmp)
 
 
@@ -78,7 +78,9 @@ def write_reports(per_task: pd.DataFrame, reference: str, out: Path) -> pd.DataF
         table = sliced(per_task, column, reference)
         _write_csv(table, slices / f"{axis}.csv")
         write_text_atomic(
-            slices / f"{axis}.md", f"# Skill score and win rate by {axis}\n\n" + _markdown(table)
+            slices / f"{axis}.md",
+            f"# Skill score and win rate by {axis}\n\n" + _markdown(table),
+            lock=False,
         )
         text += [
             f"\n## By {axis}\n",
@@ -86,7 +88,7 @@ def write_reports(per_task: pd.DataFrame, reference: str, out: Path) -> pd.DataF
                 table.pivot(index=column, columns="model", values="skill_score").reset_index()
             ),
         ]
-    write_text_atomic(out / "leaderboard.md", "\n".join(text))
+    write_text_atomic(out / "leaderboard.md", "\n".join(text), lock=False)
     _plots(per_task, reference, out / "plots")
     return board
 

@@ -334,7 +334,7 @@ def _prepare_model_folder(
         )
         for path in old:
             path.unlink()
-    write_text_atomic(meta, json.dumps(current, indent=1) + "\n")
+    write_text_atomic(meta, json.dumps(current, indent=1) + "\n", lock=False)
 
 
 def evaluate(
@@ -390,7 +390,7 @@ def evaluate(
                     "use a new --out"
                 )
         else:
-            write_text_atomic(manifest_path, json.dumps(manifest, indent=1))
+            write_text_atomic(manifest_path, json.dumps(manifest, indent=1), lock=False)
 
         ids = tasks["task_id"].tolist()
         chunks = [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
@@ -430,7 +430,7 @@ def evaluate(
 
         parts = [done[label, index] for label in labels for index in range(len(chunks))]
         per_task = pd.concat(parts, ignore_index=True).merge(tasks, on="task_id", how="inner")
-        with atomic_output(out / "per_task.parquet") as tmp:
+        with atomic_output(out / "per_task.parquet", lock=False) as tmp:
             per_task.to_parquet(tmp, index=False)
         board = write_reports(per_task, reference, out)
     return EvaluationResult(per_task, board, reference, out, notes)

@@ -54,7 +54,7 @@ def plot_response(relationship: Relationship, out: str | os.PathLike) -> Path:
     figure.tight_layout()
     path = Path(out)
     try:
-        with atomic_output(path) as tmp:
+        with atomic_output(path, lock=False) as tmp:
             figure.savefig(tmp, dpi=100, format="png")
     finally:
         plt.close(figure)

@@ -43,7 +43,7 @@ def plot_overview(baselines: Baselines, out: str | os.PathLike) -> Path:
     figure.tight_layout(rect=(0, 0, 1, 0.97))
     path = Path(out)
     try:
-        with atomic_output(path) as tmp:
+        with atomic_output(path, lock=False) as tmp:
             figure.savefig(tmp, dpi=110, format="png")
     finally:
         plt.close(figure)

@@ -149,16 +149,18 @@ def temporary_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def atomic_output(
-    path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()
+    path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), lock: bool = True
 ) -> Iterator[Path]:
     """Lock ``path``, yield a temporary path to write, rename it to ``path`` on success.
 
-    On any exception (Ctrl-C included) the temporary file is removed and ``path`` is left as it
+    ``lock=False`` skips the lock (and its ``.<name>.lock`` file) for small outputs whose
+    folder the caller already locks, or where two writers racing is harmless: the per-process
+    temporary name and the rename still keep the final name complete. On any exception (Ctrl-C included) the temporary file is removed and ``path`` is left as it
     was, so the final name only ever holds a complete file. ``OSError`` from the body or the
     rename (disk full, read-only folder) becomes one ``OutputError`` naming the path.
     """
     path = check_output_path(path, inputs)
-    with output_lock(path):
+    with output_lock(path) if lock else contextlib.nullcontext():
         tmp = temporary_path(path)
         try:
             yield tmp
@@ -170,8 +172,8 @@ def atomic_output(
                 tmp.unlink()
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` through ``atomic_output``; returns the path."""
-    with atomic_output(path) as tmp:
-        tmp.write_text(text)
+def write_text_atomic(path: str | os.PathLike, text: str, lock: bool = True) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` through ``atomic_output``; returns the path."""
+    with atomic_output(path, lock=lock) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return Path(path)

@@ -155,7 +155,9 @@ def atomic_output(
 
     ``lock=False`` skips the lock (and its ``.<name>.lock`` file) for small outputs whose
     folder the caller already locks, or where two writers racing is harmless: the per-process
-    temporary name and the rename still keep the final name complete. On any exception (Ctrl-C included) the temporary file is removed and ``path`` is left as it
+    temporary name and the rename still keep the final name complete.
+
+    On any exception (Ctrl-C included) the temporary file is removed and ``path`` is left as it
     was, so the final name only ever holds a complete file. ``OSError`` from the body or the
     rename (disk full, read-only folder) becomes one ``OutputError`` naming the path.
     """

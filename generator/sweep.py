@@ -200,8 +200,10 @@ def generate(config: GenerationConfig, progress: bool = True) -> Path:
     """
     from whatif_bench.generator.selection import select_targets
     from whatif_bench.generator.writer import CorpusWriter
-    from whatif_bench.outputs import atomic_output
+    from whatif_bench.outputs import OutputError, atomic_output
 
+    if str(config.out) == "":  # Path("") is "."; outputs.check_output_path never sees ""
+        raise OutputError("the output path is empty")
     out = Path(config.out)
     with atomic_output(out, inputs=[config.baselines]) as tmp:
         remove_stale_temporaries(out, tmp)

@@ -486,3 +486,45 @@ def test_workers_end_when_generate_is_killed(tmp_path):
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in workers if _alive(pid)], "workers outlived their parent"
+
+
+def test_generation_never_keeps_a_non_finite_array(corpus_path):
+    from whatif_bench.generator.sweep import PairResult, check_finite
+
+    with Corpus(corpus_path) as corpus:
+        recipe = corpus.recipe(corpus.pairs.iloc[0])
+    result = PairResult(recipe, np.array([1.0]), 1.0, 1.0)
+    result.arrays = {"future_target": np.array([1.0, np.inf], dtype=np.float32)}
+    with pytest.raises(
+        GenerationError, match=r"future_target has the non-finite value inf at index 1"
+    ):
+        check_finite(result)
+
+
+def test_a_failed_write_is_remembered_and_hdf5_still_closes(tmp_path):
+    """GuardedFile: after the first failed write HDF5 keeps working from memory, closes
+    cleanly, and ``finish`` raises the error (simulated with a read-only descriptor)."""
+    from whatif_bench.h5write import GuardedFile
+
+    guard = GuardedFile(tmp_path / "f.h5")
+    h5 = h5py.File(guard, "w")
+    h5.create_dataset("a", data=np.arange(10.0), chunks=(5,))
+    h5.flush()
+    os.close(guard.fd)
+    guard.fd = os.open(tmp_path / "f.h5", os.O_RDONLY)  # every write now fails (EBADF)
+    h5.create_dataset("b", data=np.arange(100_000.0), chunks=(1000,), compression="gzip")
+    assert guard.error is not None
+    assert np.array_equal(h5["b"][()], np.arange(100_000.0))  # read back from memory
+    h5.close()
+    with pytest.raises(OSError):
+        guard.finish()
+
+
+def test_workers_helper_refuses_a_bad_count():
+    from whatif_bench.workers import default_jobs, parallel
+
+    assert default_jobs() >= 1
+    for bad in (0, -5, 1.5, True):
+        with pytest.raises(ValueError, match="positive integer"):
+            parallel(bad)
+    assert list(parallel(2)(__import__("joblib").delayed(abs)(-i) for i in range(3))) == [0, 1, 2]

@@ -151,7 +151,7 @@ class Corpus:
         self._relationships: dict[tuple[str, str], dict] = {}
         self._recipe_arrays: tuple[dict, dict] | None = None
         self._baselines: dict[tuple[str, str], np.ndarray] = {}
-        self._datasets: dict[str, object] = {}
+        self._datasets: dict[str, tuple[object, int]] = {}  # name -> (dataset, length)
         self._infos: dict[tuple[str, str], dict] = {}
 
     # ---- layout ----------------------------------------------------------------------
@@ -332,12 +332,13 @@ class Corpus:
         )
 
     def _slice(self, name: str, offset: int, size: int) -> np.ndarray:
-        if name not in self._datasets:  # h5py's name lookups cost more than small reads
-            self._datasets[name] = self._read(f"/data/{name}", lambda: self._h5["data"][name])
-        dataset = self._datasets[name]
-        if offset < 0 or offset + size > dataset.shape[0]:
+        if name not in self._datasets:  # h5py's lookups (names, shapes) cost more than reads
+            dataset = self._read(f"/data/{name}", lambda: self._h5["data"][name])
+            self._datasets[name] = (dataset, dataset.shape[0])
+        dataset, length = self._datasets[name]
+        if offset < 0 or offset + size > length:
             raise self._damaged(
-                f"/data/{name}[{offset}:{offset + size}] is outside its {dataset.shape[0]} values"
+                f"/data/{name}[{offset}:{offset + size}] is outside its {length} values"
             )
         return self._read(f"/data/{name}", lambda: dataset[offset : offset + size])
 

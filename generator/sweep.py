@@ -8,6 +8,7 @@ number of workers.
 from __future__ import annotations
 
 import contextlib
+import glob
 import signal
 import threading
 from collections.abc import Iterator
@@ -163,7 +164,7 @@ def generate_target(
 
 def remove_stale_temporaries(out: Path, own: Path) -> None:
     """Remove the temporary files of earlier runs that were killed (call holding the lock)."""
-    for stale in out.parent.glob(f".{out.name}.partial*"):
+    for stale in out.parent.glob(f".{glob.escape(out.name)}.partial*"):
         if stale != own and stale.is_file():
             with contextlib.suppress(OSError):
                 stale.unlink()

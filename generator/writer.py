@@ -256,5 +256,7 @@ class CorpusWriter:
         except BaseException:
             self._close()
             raise
-        self.h5.close()
-        self.guard.finish()  # fsync; raises the first failed write (full disk)
+        try:
+            self.h5.close()
+        finally:
+            self.guard.finish()  # fsync; raises the first failed write (full disk)

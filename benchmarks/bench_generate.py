@@ -18,14 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
+from whatif_bench.cli_types import positive_int
 from whatif_bench.generator import Corpus, GenerationConfig, generate
-from whatif_bench.generator.sweep import default_jobs
 from whatif_bench.simulators import shipped_baselines_path
+from whatif_bench.workers import default_jobs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=0)
+    parser.add_argument("--jobs", type=positive_int, default=default_jobs())
     parser.add_argument("--out", help="corpus file (default: a temporary file, removed afterwards)")
     args = parser.parse_args()
     folder = tempfile.TemporaryDirectory()
@@ -49,7 +50,7 @@ def main() -> None:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
-    print(f"workers               {args.jobs or default_jobs()} (cores: {os.cpu_count()})")
+    print(f"workers               {args.jobs} (cores: {os.cpu_count()})")
     share = tasks_kept / tasks_generated
     print(f"tasks                 {tasks_generated:,} generated, {tasks_kept:,} kept ({share:.1%})")
     print(f"wall time             {seconds:.1f} s")

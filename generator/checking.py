@@ -1,22 +1,33 @@
-"""``whatif verify``: rebuild every pair from its recipe and compare with what is stored.
+"""``whatif verify``: check everything a corpus file claims.
 
-Checks, for every pair: the stored recipe equals the one drawn again from the master seed; the
-arrays rebuilt from the recipe equal the stored ones bit for bit; the 10 % verdict is the
-stored one; and every kept pair passes the 10 % rule.
+File-level: the counts (``n_pairs`` ...) match the index; the ``axes`` attribute is this
+toolkit's; every stored array is finite; each embedded baseline matches its recorded
+per-target hash (values, unit, interval, start); ``baselines_hash`` combines the recorded
+per-simulator hashes; the embedded series equal those of the given baselines file when it holds
+the same simulator content. Per target: the stored relationship description and unit are the
+registry's. Per pair: offsets are in range; the stored recipe equals the one drawn again from
+the master seed; the arrays rebuilt from the recipe equal the stored ones bit for bit; the
+stored 10 % statistics and verdict are the recomputed ones; every kept pair passes the rule.
+Pair ids are unique (``Corpus`` refuses a file where they are not).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from whatif_bench.errors import WhatIfError
 from whatif_bench.generator.axes import contexts
-from whatif_bench.generator.corpus import Corpus
+from whatif_bench.generator.corpus import DATA_DATASETS, REQUIRED, Corpus
 from whatif_bench.generator.recipe import draw_recipe
 from whatif_bench.generator.sweep import build_pair
-from whatif_bench.generator.writer import registry_hash
+from whatif_bench.generator.writer import FORMAT_VERSION, axes_description, registry_hash
 from whatif_bench.relationships.registry import load_registry
+from whatif_bench.simulators.store import combine_hashes, read_baselines, series_hash
+
+BLOCK = 1 << 20  # values read at a time when scanning a data array
 
 
 @dataclass
@@ -44,11 +55,176 @@ def _same_recipe(a, b) -> bool:
     )
 
 
-def verify_corpus(path, progress: bool = True, limit_problems: int = 50) -> VerifyReport:
-    """Rebuild and compare every pair of the corpus at ``path``."""
+def _check_counts(corpus: Corpus, report: VerifyReport) -> None:
+    """The count attributes equal the index; the format version and axes are this toolkit's."""
+    attrs, kept = corpus.attrs, corpus.pairs["kept"].to_numpy(dtype=bool)
+    expected = {
+        "format_version": FORMAT_VERSION,
+        "n_pairs": int(kept.size),
+        "n_pairs_kept": int(kept.sum()),
+        "n_tasks_generated": int(2 * kept.size),
+        "n_tasks_kept": int(2 * kept.sum()),
+    }
+    for name, value in expected.items():
+        if attrs.get(name) != value:
+            report.problems.append(
+                f"attribute {name}: stored {attrs.get(name)!r}, expected {value}"
+            )
+    stored_axes = attrs.get("axes")
+    if stored_axes != json.dumps(axes_description(), sort_keys=True):
+        report.problems.append("attribute axes: differs from the axes this toolkit generates with")
+
+
+def _check_finite(corpus: Corpus, report: VerifyReport) -> None:
+    """Every stored task array and recipe factor is finite (scanned in blocks)."""
+    h5 = corpus._h5
+    names = [f"data/{name}" for name in DATA_DATASETS]
+    names += ["events/factors", *(f"futures/{name}" for name in REQUIRED["futures"])]
+    for name in names:
+        dataset = h5[name]
+        for start in range(0, dataset.shape[0], BLOCK):
+            block = dataset[start : start + BLOCK]
+            bad = np.flatnonzero(~np.isfinite(block))
+            if bad.size:
+                report.problems.append(
+                    f"/{name}: non-finite value {block[bad[0]]} at index {start + bad[0]}"
+                )
+                break
+
+
+def _check_baselines(corpus: Corpus, registry, given, report: VerifyReport) -> None:
+    """Embedded baselines against their recorded hashes, the registry and ``given`` baselines.
+
+    ``given``: simulator -> ``Baselines`` read from a baselines file (may be empty).
+    """
+    group = corpus._h5["baselines"]
+    targets = corpus.pairs[["simulator", "target"]].drop_duplicates().itertuples(index=False)
+    simulator_hashes = {}
+    for simulator, target in targets:
+        sim, where = group[simulator], f"/baselines/{simulator}/{target}"
+        dataset = sim[target]
+        values = dataset[()]
+        unit, interval_s, start = (
+            str(dataset.attrs["unit"]),
+            int(sim.attrs["interval_s"]),
+            str(sim.attrs["start"]),
+        )
+        simulator_hashes[simulator] = str(sim.attrs.get("content_hash", ""))
+        if not np.all(np.isfinite(values)):
+            bad = int(np.flatnonzero(~np.isfinite(values))[0])
+            report.problems.append(f"{where}: non-finite value {values[bad]} at step {bad}")
+        recorded = dataset.attrs.get("content_hash")
+        if recorded is None:
+            report.warnings.append(f"{where}: no recorded hash (a file from an older toolkit)")
+        elif series_hash(simulator, target, unit, interval_s, start, values) != recorded:
+            report.problems.append(
+                f"{where}: values, unit {unit!r}, interval_s {interval_s} or start {start!r} "
+                "differ from what was recorded when the corpus was written"
+            )
+        try:
+            relationship = registry.get(simulator, target)
+        except (KeyError, WhatIfError) as exc:
+            report.problems.append(f"{where}: not in the relationship registry ({exc})")
+            continue
+        if unit != relationship.unit:
+            report.problems.append(
+                f"{where}: unit stored {unit!r}, the registry says {relationship.unit!r}"
+            )
+        stored = json.loads(dataset.attrs["relationship"])
+        expected = json.loads(json.dumps(relationship.summary()))
+        for key in sorted(set(stored) | set(expected)):
+            if stored.get(key) != expected.get(key):
+                report.problems.append(
+                    f"{where}: relationship {key} stored {stored.get(key)!r}, the registry says "
+                    f"{expected.get(key)!r}"
+                )
+        item = given.get(simulator)
+        if item is None or item.content_hash() != simulator_hashes[simulator]:
+            continue
+        for name, mine, theirs in (
+            ("interval_s", interval_s, item.interval_s),
+            ("start", start, item.start),
+        ):
+            if mine != theirs:
+                report.problems.append(
+                    f"{where}: {name} stored {mine!r}, the baselines have {theirs!r}"
+                )
+        if not np.array_equal(values, item.series.get(target, np.empty(0))):
+            report.problems.append(f"{where}: the series differs from the given baselines")
+    combined = combine_hashes(simulator_hashes)
+    if corpus.attrs.get("baselines_hash") != combined:
+        report.problems.append(
+            f"attribute baselines_hash: stored {corpus.attrs.get('baselines_hash')!r}, the "
+            f"embedded simulators' hashes combine to {combined!r}"
+        )
+    others = sorted(
+        s for s, h in simulator_hashes.items() if s in given and given[s].content_hash() != h
+    )
+    if given and others:
+        report.warnings.append(
+            f"the corpus was built from other {', '.join(others)} baselines than the given file; "
+            "their series were checked against the recorded hashes only"
+        )
+
+
+def _offsets_problem(row: dict, sizes: dict[str, int]) -> str | None:
+    """Why the offsets of one pair point outside the stored arrays, or None."""
+    k, n_events = int(row["k"]), int(row["n_events"])
+    context, prediction = int(row["context"]), int(row["prediction"])
+    spans = {
+        "event_offset": ("events/start", n_events),
+        "factor_offset": ("events/factors", n_events * k),
+        "kfactor_offset": ("futures/replay_factors", k),
+    }
+    data = {
+        "history_target": context,
+        "history_covariates": k * context,
+        "future_target": 2 * prediction,
+        "future_covariates": 2 * k * prediction,
+    }
+    for name, size in data.items():
+        offset = int(row[f"{name}_offset"])
+        if not row["kept"]:
+            if offset != -1:
+                return f"{name}_offset {offset} of a dropped pair, expected -1"
+            continue
+        spans[f"{name}_offset"] = (f"data/{name}", size)
+    for column, (dataset, size) in spans.items():
+        offset = int(row[column])
+        if offset < 0 or offset + size > sizes[dataset]:
+            return f"{column} {offset} (+{size}) is outside /{dataset} ({sizes[dataset]} values)"
+    return None
+
+
+def _ratio_problems(pair_id: str, row: dict, stored_ratios, rebuilt) -> list[str]:
+    """The stored 10 % statistics against the recomputed ones (exact: same float64 code)."""
+    problems = []
+    if not np.array_equal(stored_ratios, rebuilt.history_ratios, equal_nan=True):
+        problems.append(
+            f"{pair_id}: stored event ratios {np.round(stored_ratios, 6).tolist()} differ from the "
+            f"recomputed {np.round(rebuilt.history_ratios, 6).tolist()}"
+        )
+    for column, value in (
+        ("min_history_ratio", float(rebuilt.history_ratios.min())),
+        ("replay_ratio", rebuilt.replay_ratio),
+        ("novel_ratio", rebuilt.novel_ratio),
+    ):
+        if not np.array_equal(row[column], value, equal_nan=True):
+            problems.append(f"{pair_id}: {column} stored {row[column]!r}, recomputed {value!r}")
+    return problems
+
+
+def verify_corpus(
+    path, progress: bool = True, limit_problems: int = 50, baselines_path=None
+) -> VerifyReport:
+    """Check the corpus at ``path`` (see the module doc); ``baselines_path``: a baselines file
+    to compare the embedded series with (default: the shipped one)."""
     from tqdm import tqdm
 
+    from whatif_bench.simulators.store import shipped_baselines_path
+
     report = VerifyReport()
+    given = read_baselines(baselines_path or shipped_baselines_path())
     with Corpus(path) as corpus:
         if corpus.attrs.get("registry_hash") != registry_hash():
             report.warnings.append(
@@ -56,6 +232,29 @@ def verify_corpus(path, progress: bool = True, limit_problems: int = 50) -> Veri
             )
         seed = int(corpus.attrs["master_seed"])
         registry = load_registry()
+        _check_counts(corpus, report)
+        _check_finite(corpus, report)
+        _check_baselines(corpus, registry, given, report)
+        h5 = corpus._h5
+        sizes = {
+            name: h5[name].shape[0]
+            for name in (
+                "events/start",
+                "events/direction",
+                "events/ratio",
+                "events/factors",
+                "futures/replay_factors",
+                "futures/novel_factors",
+                *(f"data/{n}" for n in DATA_DATASETS),
+            )
+        }
+        sizes["events/start"] = min(
+            sizes.pop(n) for n in ("events/start", "events/direction", "events/ratio")
+        )
+        sizes["futures/replay_factors"] = min(
+            sizes.pop(n) for n in ("futures/replay_factors", "futures/novel_factors")
+        )
+        event_ratios = h5["events/ratio"][()]
         baselines = {}
         rows = corpus.pairs
         for row in tqdm(
@@ -68,6 +267,10 @@ def verify_corpus(path, progress: bool = True, limit_problems: int = 50) -> Veri
             row = row._asdict()
             report.checked += 1
             pair_id = row["pair_id"]
+            where = _offsets_problem(row, sizes)
+            if where is not None:
+                report.problems.append(f"{pair_id}: {where}")
+                continue
             try:
                 relationship = registry.get(row["simulator"], row["target"])
                 key = (row["simulator"], row["target"])
@@ -84,6 +287,12 @@ def verify_corpus(path, progress: bool = True, limit_problems: int = 50) -> Veri
                     )
                     continue
                 rebuilt = build_pair(stored, relationship, baselines[key])
+                e0 = int(row["event_offset"])
+                report.problems.extend(
+                    _ratio_problems(
+                        pair_id, row, event_ratios[e0 : e0 + int(row["n_events"])], rebuilt
+                    )
+                )
                 if rebuilt.kept != bool(row["kept"]) or rebuilt.drop_reason != row["drop_reason"]:
                     report.problems.append(
                         f"{pair_id}: verdict {rebuilt.drop_reason or 'kept'!r} differs from the stored "

@@ -6,13 +6,20 @@ import argparse
 import json
 import sys
 
+from whatif_bench.cli_types import positive_int, seed_int
 from whatif_bench.errors import WhatIfError
+from whatif_bench.workers import default_jobs
 
 
 def add_arguments(subparsers) -> None:
     generate = subparsers.add_parser("generate", help="regenerate the task corpus")
     generate.add_argument("--baselines", help="baselines file (default: the shipped one)")
-    generate.add_argument("--out", default="whatif-corpus.h5", help="corpus file to write")
+    generate.add_argument(
+        "--out",
+        default="whatif-corpus.h5",
+        help="corpus file to write; an existing corpus there is replaced only once the new one "
+        "is complete (default: whatif-corpus.h5)",
+    )
     generate.add_argument("--simulators", nargs="+", default=[], metavar="SIM")
     generate.add_argument(
         "--targets",
@@ -21,9 +28,15 @@ def add_arguments(subparsers) -> None:
         metavar="TARGET",
         help="targets as NAME or SIMULATOR/NAME (default: all with baselines)",
     )
-    generate.add_argument("--seed", type=int, default=0, help="master seed (default 0)")
     generate.add_argument(
-        "--jobs", type=int, default=0, help="worker processes (default: all cores)"
+        "--seed", type=seed_int, default=0, help="master seed, 0 to 2**63 - 1 (default: 0)"
+    )
+    cores = default_jobs()
+    generate.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=cores,
+        help=f"worker processes, >= 1 (default: all {cores} cores)",
     )
     generate.set_defaults(handler=_generate)
 
@@ -34,12 +47,21 @@ def add_arguments(subparsers) -> None:
 
     verify = subparsers.add_parser("verify", help="rebuild every task from its recipe and compare")
     verify.add_argument("file")
+    verify.add_argument(
+        "--baselines",
+        help="baselines file to compare the embedded series with (default: the shipped one)",
+    )
     verify.set_defaults(handler=_verify)
 
     show = subparsers.add_parser("show", help="print one task (and plot it)")
     show.add_argument("task_id")
     show.add_argument("--corpus", required=True)
-    show.add_argument("--plot", metavar="PNG", help="draw history, both futures and covariates")
+    show.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="draw history, both futures and covariates to this PNG file; a folder (existing, "
+        "or written with a trailing /) gets <task id with / as _>.png",
+    )
     show.set_defaults(handler=_show)
 
 
@@ -49,10 +71,7 @@ def _generate(args: argparse.Namespace) -> int:
     from whatif_bench.generator.sweep import GenerationConfig, generate
     from whatif_bench.simulators.store import shipped_baselines_path
 
-    if args.seed < 0:
-        raise WhatIfError(f"--seed must be >= 0, got {args.seed}")
-    if args.jobs < 0:
-        raise WhatIfError(f"--jobs must be >= 0, got {args.jobs}")
+    args.interrupt_note = f"no corpus was written; {args.out} is unchanged"
     config = GenerationConfig(
         baselines=args.baselines or str(shipped_baselines_path()),
         out=args.out,
@@ -89,13 +108,15 @@ def _info(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from whatif_bench.generator.checking import verify_corpus
 
-    report = verify_corpus(args.file)
+    report = verify_corpus(args.file, baselines_path=args.baselines)
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for problem in report.problems:
         print(problem)
     verdict = (
-        "every pair rebuilt bit for bit" if report.ok else f"{len(report.problems)} problem(s)"
+        "every pair rebuilt bit for bit, every attribute as recorded"
+        if report.ok
+        else f"{len(report.problems)} problem(s)"
     )
     print(f"verified {report.checked:,} pairs: {verdict}")
     return 0 if report.ok else 1
@@ -150,5 +171,19 @@ def _show(args: argparse.Namespace) -> int:
 
             other = "novel" if task.future == "replay" else "replay"
             pair_id = task.task_id.rsplit("/", 1)[0]
-            print(f"wrote {plot_task(task, corpus[f'{pair_id}/{other}'], args.plot)}")
+            path = plot_path(args.plot, task.task_id)
+            print(f"wrote {plot_task(task, corpus[f'{pair_id}/{other}'], path, [args.corpus])}")
     return 0
+
+
+def plot_path(plot: str, task_id: str) -> str:
+    """The PNG ``--plot`` names: the path itself, or ``<task id, / as _>.png`` in a folder."""
+    import os
+
+    from whatif_bench.outputs import OutputError, safe_name
+
+    if plot == "":
+        raise OutputError("--plot: the output path is empty")
+    if os.path.isdir(plot) or plot.endswith(os.sep):
+        return os.path.join(plot, safe_name(task_id.replace("/", "_") + ".png", "task id"))
+    return plot

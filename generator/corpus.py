@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,37 @@ from whatif_bench.generator.axes import FUTURES, HistoryLayout
 from whatif_bench.generator.recipe import PairKey, Recipe
 
 FORMAT = "whatif-corpus"
+DATA_DATASETS = ("history_target", "history_covariates", "future_target", "future_covariates")
+PAIR_COLUMNS = (
+    "pair_id",
+    "simulator",
+    "target",
+    "c_label",
+    "e_setting",
+    "k",
+    "event_length",
+    "n_events",
+    "context",
+    "prediction",
+    "window_start",
+    "replay_source",
+    "kept",
+    "drop_reason",
+    "min_history_ratio",
+    "replay_ratio",
+    "novel_ratio",
+    "event_offset",
+    "factor_offset",
+    "kfactor_offset",
+    *(f"{name}_offset" for name in DATA_DATASETS),
+)
+REQUIRED = {
+    "events": ("start", "direction", "ratio", "factors"),
+    "futures": ("replay_factors", "novel_factors"),
+    "data": DATA_DATASETS,
+}
+# the hidden per-process name ``whatif generate`` writes before renaming (outputs.temporary_path)
+_TEMPORARY_NAME = re.compile(r"\..+\.partial(-\d+)?")
 
 
 class CorpusError(WhatIfError):
@@ -86,6 +118,11 @@ class Corpus:
 
         self.path = Path(path)
         if _file is None:
+            if _TEMPORARY_NAME.fullmatch(self.path.name):
+                raise CorpusError(
+                    f"{self.path}: the temporary file of an unfinished whatif generate run, "
+                    "not a corpus"
+                )
             if not self.path.is_file():
                 raise CorpusError(f"{self.path}: no such corpus file")
             try:
@@ -101,14 +138,60 @@ class Corpus:
                     f"{self.path}: incomplete corpus (an interrupted run?); generate it again"
                 )
         self._h5 = _file
-        self.pairs = _index if _index is not None else self._read_index()
+        if _index is None:
+            try:
+                self._check_layout()
+                _index = self._read_index()
+            except BaseException:
+                _file.close()
+                raise
+        self.pairs = _index
         self.futures = _futures
         self._rows = {pid: i for i, pid in enumerate(self.pairs["pair_id"])}
         self._relationships: dict[tuple[str, str], dict] = {}
         self._recipe_arrays: tuple[dict, dict] | None = None
         self._baselines: dict[tuple[str, str], np.ndarray] = {}
-        self._datasets: dict[str, object] = {}
+        self._datasets: dict[str, tuple[object, int]] = {}  # name -> (dataset, length)
         self._infos: dict[tuple[str, str], dict] = {}
+
+    # ---- layout ----------------------------------------------------------------------
+    def _damaged(self, what: str) -> CorpusError:
+        return CorpusError(f"{self.path}: damaged corpus, {what}")
+
+    def _check_layout(self) -> None:
+        """Every group, dataset and attribute the reader needs exists (names only: cheap)."""
+        h5 = self._h5
+        if "master_seed" not in h5.attrs:
+            raise self._damaged("missing file attribute 'master_seed'")
+        for group in ("pairs", "baselines", *REQUIRED):
+            if group not in h5:
+                raise self._damaged(f"missing group /{group}")
+        for column in PAIR_COLUMNS:
+            if column not in h5["pairs"]:
+                raise self._damaged(f"missing dataset /pairs/{column}")
+        for group, names in REQUIRED.items():
+            for name in names:
+                if name not in h5[group]:
+                    raise self._damaged(f"missing dataset /{group}/{name}")
+
+    def _check_targets(self, pairs: pd.DataFrame) -> None:
+        """Every target of the index has its embedded baseline and attributes."""
+        baselines = self._h5["baselines"]
+        for simulator, target in (
+            pairs[["simulator", "target"]].drop_duplicates().itertuples(index=False)
+        ):
+            where = f"/baselines/{simulator}"
+            if simulator not in baselines:
+                raise self._damaged(f"missing group {where}")
+            group = baselines[simulator]
+            for attr in ("interval_s", "start"):
+                if attr not in group.attrs:
+                    raise self._damaged(f"missing attribute {attr!r} of {where}")
+            if target not in group:
+                raise self._damaged(f"missing dataset {where}/{target}")
+            for attr in ("unit", "relationship"):
+                if attr not in group[target].attrs:
+                    raise self._damaged(f"missing attribute {attr!r} of {where}/{target}")
 
     # ---- index ---------------------------------------------------------------------
     def _read_index(self) -> pd.DataFrame:
@@ -121,8 +204,17 @@ class Corpus:
                     values = values.astype(str)
                 columns[name] = values
         except KeyError as exc:
-            raise CorpusError(f"{self.path}: damaged corpus, missing {exc}") from None
+            raise self._damaged(f"missing {exc}") from None
+        except OSError as exc:
+            raise self._damaged(f"cannot read /pairs ({exc})") from None
+        lengths = {len(np.atleast_1d(values)) for values in columns.values()}
+        if len(lengths) > 1:
+            raise self._damaged("the /pairs columns have different lengths")
         frame = pd.DataFrame(columns)
+        repeated = frame["pair_id"][frame["pair_id"].duplicated()]
+        if len(repeated):
+            raise self._damaged(f"pair id {repeated.iloc[0]!r} appears more than once")
+        self._check_targets(frame)
         frame.insert(0, "row", np.arange(len(frame)))
         return frame
 
@@ -196,20 +288,33 @@ class Corpus:
             raise KeyError(f"task {task_id!r} was dropped by verification ({row['drop_reason']})")
         return self._task(row, future)
 
+    def _read(self, what: str, read):
+        """``read()``, with a missing or unreadable part of the file as a ``CorpusError``."""
+        try:
+            return read()
+        except KeyError as exc:
+            raise self._damaged(f"missing {what} ({exc})") from None
+        except (OSError, ValueError) as exc:
+            raise self._damaged(f"cannot read {what} ({exc})") from None
+
     def _relationship_summary(self, simulator: str, target: str) -> dict:
         key = (simulator, target)
         if key not in self._relationships:
-            self._relationships[key] = json.loads(
-                self._h5["baselines"][simulator][target].attrs["relationship"]
+            self._relationships[key] = self._read(
+                f"the relationship of /baselines/{simulator}/{target}",
+                lambda: json.loads(self._h5["baselines"][simulator][target].attrs["relationship"]),
             )
         return self._relationships[key]
 
     def _recipes(self) -> tuple[dict, dict]:
         """The (small) recipe arrays, read once and kept in memory."""
         if self._recipe_arrays is None:
-            self._recipe_arrays = (
-                {name: d[()] for name, d in self._h5["events"].items()},
-                {name: d[()] for name, d in self._h5["futures"].items()},
+            self._recipe_arrays = self._read(
+                "the recipe arrays /events, /futures",
+                lambda: (
+                    {name: self._h5["events"][name][()] for name in REQUIRED["events"]},
+                    {name: self._h5["futures"][name][()] for name in REQUIRED["futures"]},
+                ),
             )
         return self._recipe_arrays
 
@@ -221,23 +326,35 @@ class Corpus:
 
     def baseline(self, simulator: str, target: str) -> np.ndarray:
         """The full float64 baseline series the corpus was built from."""
-        return self._h5["baselines"][simulator][target][()]
+        return self._read(
+            f"/baselines/{simulator}/{target}",
+            lambda: self._h5["baselines"][simulator][target][()],
+        )
 
     def _slice(self, name: str, offset: int, size: int) -> np.ndarray:
-        if name not in self._datasets:  # h5py's name lookups cost more than small reads
-            self._datasets[name] = self._h5["data"][name]
-        return self._datasets[name][offset : offset + size]
+        if name not in self._datasets:  # h5py's lookups (names, shapes) cost more than reads
+            dataset = self._read(f"/data/{name}", lambda: self._h5["data"][name])
+            self._datasets[name] = (dataset, dataset.shape[0])
+        dataset, length = self._datasets[name]
+        if offset < 0 or offset + size > length:
+            raise self._damaged(
+                f"/data/{name}[{offset}:{offset + size}] is outside its {length} values"
+            )
+        return self._read(f"/data/{name}", lambda: dataset[offset : offset + size])
 
     def _target_info(self, simulator: str, target: str) -> dict:
         """Unit, interval and start of one target's baseline (read once)."""
         key = (simulator, target)
         if key not in self._infos:
-            group = self._h5["baselines"][simulator]
-            self._infos[key] = {
-                "unit": str(group[target].attrs["unit"]),
-                "interval_s": int(group.attrs["interval_s"]),
-                "start": str(group.attrs["start"]),
-            }
+            group = self._read(f"/baselines/{simulator}", lambda: self._h5["baselines"][simulator])
+            self._infos[key] = self._read(
+                f"the unit, interval_s or start of /baselines/{simulator}/{target}",
+                lambda: {
+                    "unit": str(group[target].attrs["unit"]),
+                    "interval_s": int(group.attrs["interval_s"]),
+                    "start": str(group.attrs["start"]),
+                },
+            )
         return self._infos[key]
 
     def _task(self, row, future: str) -> Task:

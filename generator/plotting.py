@@ -8,8 +8,14 @@ from pathlib import Path
 import numpy as np
 
 
-def plot_task(task, other, out: str | os.PathLike) -> Path:
-    """Target (history, Replay and Novel futures, counterfactual) above each covariate."""
+def plot_task(task, other, out: str | os.PathLike, inputs=()) -> Path:
+    """Target (history, Replay and Novel futures, counterfactual) above each covariate.
+
+    Written as a PNG through ``outputs.atomic_output`` (never over one of ``inputs``).
+    """
+    from whatif_bench.outputs import atomic_output, check_output_path
+
+    path = check_output_path(out, inputs)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -45,8 +51,9 @@ def plot_task(task, other, out: str | os.PathLike) -> Path:
         axis.axvline(context, color="0.3", linestyle="--", linewidth=0.8)
     axes[-1, 0].set_xlabel("step")
     figure.tight_layout()
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        with atomic_output(path, inputs) as tmp:
+            figure.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(figure)
     return path

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from whatif_bench.generator.axes import C4
 from whatif_bench.relationships.registry import load_registry
 from whatif_bench.simulators.base import Baselines
@@ -57,5 +59,21 @@ def select_targets(config) -> list[tuple[object, Baselines]]:
             raise GenerationError(
                 f"{config.baselines}: no baseline series for {rel.simulator}/{rel.target}"
             )
+        _check_fits_float32(config.baselines, rel.simulator, rel.target, item.series[rel.target])
         selection.append((rel, item))
     return selection
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _check_fits_float32(source, simulator: str, target: str, values: np.ndarray) -> None:
+    """Task arrays are stored as float32: a baseline value beyond its range would become inf."""
+    from whatif_bench.generator.sweep import GenerationError
+
+    bad = np.flatnonzero(np.abs(values) > FLOAT32_MAX)
+    if bad.size:
+        raise GenerationError(
+            f"{source}: {simulator}/{target}: value {values[bad[0]]:g} at step {bad[0]} is "
+            f"beyond the float32 range of the corpus (|x| <= {FLOAT32_MAX:.4g})"
+        )

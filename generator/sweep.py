@@ -8,7 +8,7 @@ number of workers.
 from __future__ import annotations
 
 import contextlib
-import os
+import glob
 import signal
 import threading
 from collections.abc import Iterator
@@ -17,12 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from whatif_bench.cli_types import MAX_SEED
 from whatif_bench.errors import WhatIfError
 from whatif_bench.generator import axes
 from whatif_bench.generator.materialise import STORE_DTYPE, materialise
 from whatif_bench.generator.recipe import PairKey, Recipe, draw_recipe
 from whatif_bench.generator.verification import THRESHOLD, future_ratio, history_ratios
 from whatif_bench.relationships.engine import Relationship
+from whatif_bench.workers import default_jobs, parallel
 
 
 class GenerationError(WhatIfError):
@@ -38,7 +40,20 @@ class GenerationConfig:
     seed: int = 0
     simulators: tuple[str, ...] = ()
     targets: tuple[str, ...] = ()
-    jobs: int = 0  # 0 = all cores
+    jobs: int | None = None  # worker processes; None = all cores
+
+    def __post_init__(self) -> None:
+        seed, jobs = self.seed, self.jobs
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+            raise GenerationError(f"the seed must be an integer, got {seed!r}")
+        if not 0 <= int(seed) <= MAX_SEED:
+            raise GenerationError(f"the seed must be between 0 and 2**63 - 1, got {seed}")
+        if jobs is not None and (
+            isinstance(jobs, bool) or not isinstance(jobs, int | np.integer) or jobs < 1
+        ):
+            raise GenerationError(
+                f"jobs must be a positive integer (or None: all cores), got {jobs!r}"
+            )
 
     def recorded(self) -> dict:
         """The parts of the config that determine the content (not paths or worker counts)."""
@@ -123,6 +138,17 @@ def build_pair(recipe: Recipe, relationship: Relationship, baseline: np.ndarray)
     return result
 
 
+def check_finite(result: PairResult) -> None:
+    """Refuse a kept pair whose float32 arrays hold inf or NaN (a value beyond float32)."""
+    for name, values in result.arrays.items():
+        bad = np.flatnonzero(~np.isfinite(values.reshape(-1)))
+        if bad.size:
+            raise GenerationError(
+                f"{result.recipe.key.pair_id}: {name} has the non-finite value "
+                f"{values.reshape(-1)[bad[0]]} at index {bad[0]} (beyond float32?)"
+            )
+
+
 def generate_target(
     relationship: Relationship, baseline: np.ndarray, seed: int
 ) -> list[PairResult]:
@@ -130,14 +156,18 @@ def generate_target(
     results = []
     for key, context, prediction in pair_keys(relationship):
         recipe = draw_recipe(key, relationship, context, prediction, baseline.size, seed)
-        results.append(build_pair(recipe, relationship, baseline))
+        result = build_pair(recipe, relationship, baseline)
+        check_finite(result)
+        results.append(result)
     return results
 
 
-def default_jobs() -> int:
-    return max(
-        1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    )
+def remove_stale_temporaries(out: Path, own: Path) -> None:
+    """Remove the temporary files of earlier runs that were killed (call holding the lock)."""
+    for stale in out.parent.glob(f".{glob.escape(out.name)}.partial*"):
+        if stale != own and stale.is_file():
+            with contextlib.suppress(OSError):
+                stale.unlink()
 
 
 @contextlib.contextmanager
@@ -161,24 +191,35 @@ def _interrupt_flag():
 
 
 def generate(config: GenerationConfig, progress: bool = True) -> Path:
-    """Run the whole sweep and write the corpus file atomically; returns its path."""
+    """Run the whole sweep and write the corpus file atomically; returns its path.
+
+    Before any work the output is checked (not a folder, not under a file, not the baselines
+    file) and locked (a second run on the same output fails at once). The corpus is written to
+    a per-process hidden temporary file and renamed over ``config.out`` only when complete, so
+    a failed, interrupted or killed run leaves any earlier corpus as it was. A full disk or a
+    read-only folder is an ``OutputError`` naming the path.
+    """
     from whatif_bench.generator.selection import select_targets
     from whatif_bench.generator.writer import CorpusWriter
+    from whatif_bench.outputs import atomic_output
 
-    selection = select_targets(config)
-    jobs = config.jobs or default_jobs()
-    with _interrupt_flag() as interrupted, CorpusWriter(config, selection) as writer:
-        for relationship, results in _run(selection, config.seed, jobs, progress):
-            if interrupted.is_set():
+    out = Path(config.out)
+    with atomic_output(config.out, inputs=[config.baselines]) as tmp:
+        remove_stale_temporaries(out, tmp)
+        selection = select_targets(config)
+        jobs = config.jobs or default_jobs()
+        with _interrupt_flag() as interrupted, CorpusWriter(config, selection, tmp) as writer:
+            for relationship, results in _run(selection, config.seed, jobs, progress):
+                if interrupted.is_set():
+                    raise KeyboardInterrupt
+                writer.add_target(relationship, results)
+            if interrupted.is_set():  # never finish a file after a Ctrl-C
                 raise KeyboardInterrupt
-            writer.add_target(relationship, results)
-        if interrupted.is_set():  # never finish a file after a Ctrl-C
-            raise KeyboardInterrupt
-    return writer.path
+    return out
 
 
 def _run(selection, seed: int, jobs: int, progress: bool):
-    from joblib import Parallel, delayed
+    from joblib import delayed
     from tqdm import tqdm
 
     if jobs == 1:
@@ -190,7 +231,7 @@ def _run(selection, seed: int, jobs: int, progress: bool):
             delayed(generate_target)(rel, baseline.series[rel.target], seed)
             for rel, baseline in selection
         )
-        outputs = Parallel(n_jobs=jobs, return_as="generator", batch_size=1)(calls)
+        outputs = parallel(jobs, return_as="generator", batch_size=1)(calls)
     bar = tqdm(total=len(selection), desc="generating", unit="target", disable=not progress)
     try:
         for (relationship, _), results in zip(selection, outputs, strict=True):

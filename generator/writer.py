@@ -1,7 +1,10 @@
-"""Writing the corpus: one HDF5 file, streamed target by target, renamed when complete.
+"""Writing the corpus: one HDF5 file, streamed target by target to a temporary path.
 
 See ``docs/CORPUS_FORMAT.md`` for the layout. Every dataset is written without timestamps and
-in a fixed order, so the same config gives a byte-identical file.
+in a fixed order, so the same config gives a byte-identical file. ``CorpusWriter`` only writes
+the temporary file (``complete`` is set last, then the file is closed and synced); locking the
+output and renaming the file into place is ``outputs.atomic_output``'s job (see ``generate``).
+Writes go through ``h5write.GuardedFile``, so a full disk is an ``OSError``, never a crash.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import numpy as np
 from whatif_bench._version import __version__
 from whatif_bench.generator import axes
 from whatif_bench.generator.sweep import GenerationError, PairResult
+from whatif_bench.h5write import GuardedFile
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
 from whatif_bench.relationships.registry import builtin_spec_texts
-from whatif_bench.simulators.store import combined_hash
+from whatif_bench.simulators.store import combine_hashes, series_hash
 
 FORMAT = "whatif-corpus"
 FORMAT_VERSION = 1
@@ -53,13 +57,19 @@ def axes_description() -> dict:
 
 
 class CorpusWriter:
-    """Context manager: open a temporary file, add targets in order, rename on success."""
+    """Context manager: write the corpus to ``tmp``, target by target; complete it on success.
 
-    def __init__(self, config, selection) -> None:
+    On a clean exit the file gets ``complete=True`` as its very last write, is closed and
+    synced; on an exception it is closed as it is (the caller removes it). A failed write (full
+    disk) raises ``OSError`` from ``add_target`` or from the exit, naming no path (the caller
+    does).
+    """
+
+    def __init__(self, config, selection, tmp: str | os.PathLike) -> None:
         self.config = config
         self.selection = selection
         self.path = Path(config.out)
-        self.tmp = self.path.with_name(f".{self.path.name}.partial")
+        self.tmp = Path(tmp)
         self.columns: dict[str, list] = {}
         self.events: dict[str, list] = {"start": [], "direction": [], "ratio": []}
         self.factors: list[np.ndarray] = []
@@ -72,10 +82,8 @@ class CorpusWriter:
     def __enter__(self) -> CorpusWriter:
         import h5py
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.tmp.exists():
-            self.tmp.unlink()  # an earlier run was interrupted; start over
-        self.h5 = h5py.File(self.tmp, "w", track_order=True)
+        self.guard = GuardedFile(self.tmp)
+        self.h5 = h5py.File(self.guard, "w", track_order=True)
         try:
             self.h5.attrs["format"] = FORMAT
             self.h5.attrs["format_version"] = FORMAT_VERSION
@@ -94,9 +102,9 @@ class CorpusWriter:
                     track_times=False,
                 )
             self._write_baselines()
-        except BaseException:  # also Ctrl-C: never leave a partial file behind
-            self.h5.close()
-            self.tmp.unlink(missing_ok=True)
+            self.guard.check()
+        except BaseException:  # also Ctrl-C: the caller removes the temporary file
+            self._close()
             raise
         return self
 
@@ -110,12 +118,19 @@ class CorpusWriter:
             sim.attrs["start"] = baselines.start
             sim.attrs["simulator_version"] = baselines.simulator_version
             sim.attrs["content_hash"] = baselines.content_hash()
-            dataset = sim.create_dataset(
-                relationship.target, data=baselines.series[relationship.target], track_times=False
-            )
+            values = baselines.series[relationship.target]
+            dataset = sim.create_dataset(relationship.target, data=values, track_times=False)
             dataset.attrs["unit"] = relationship.unit
             dataset.attrs["relationship"] = json.dumps(relationship.summary())
-        self.baselines_hash = combined_hash(seen.values())
+            dataset.attrs["content_hash"] = series_hash(
+                baselines.simulator,
+                relationship.target,
+                relationship.unit,
+                baselines.interval_s,
+                baselines.start,
+                values,
+            )
+        self.baselines_hash = combine_hashes({s: b.content_hash() for s, b in seen.items()})
 
     def add_target(self, relationship, results: list[PairResult]) -> None:
         """Append one target's pairs (in canonical order)."""
@@ -131,6 +146,7 @@ class CorpusWriter:
                 dataset = self.h5["data"][name]
                 dataset.resize((dataset.shape[0] + block.size,))
                 dataset[-block.size :] = block
+        self.guard.check()  # a full disk stops the run here, not after the last target
 
     def _add_row(self, result: PairResult) -> None:
         recipe = result.recipe
@@ -222,17 +238,25 @@ class CorpusWriter:
         attrs["n_pairs_kept"] = int(kept.sum())
         attrs["n_tasks_generated"] = int(2 * kept.size)
         attrs["n_tasks_kept"] = int(2 * kept.sum())
-        attrs["complete"] = True
+
+    def _close(self) -> None:
+        """Close the HDF5 file (never fails: HDF5 sees no write errors) and the descriptor."""
+        try:
+            self.h5.close()
+        finally:
+            self.guard.close()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        finished = False
+        if exc_type is not None:
+            self._close()
+            return
         try:
-            if exc_type is None:
-                self._finish()
-                finished = True
-        finally:
+            self._finish()
+            self.h5.attrs["complete"] = True  # the last write: only a whole file carries it
+        except BaseException:
+            self._close()
+            raise
+        try:
             self.h5.close()
-            if finished:
-                os.replace(self.tmp, self.path)
-            else:
-                self.tmp.unlink(missing_ok=True)
+        finally:
+            self.guard.finish()  # fsync; raises the first failed write (full disk)

@@ -41,11 +41,38 @@ class BaselinesFileError(WhatIfError):
     """A baselines file is missing, unreadable, of the wrong format or corrupted."""
 
 
+def combine_hashes(hashes: dict[str, str]) -> str:
+    """One hash over simulator name -> content hash (sorted by simulator name)."""
+    digest = hashlib.sha256()
+    for simulator in sorted(hashes):
+        digest.update(f"{simulator}:{hashes[simulator]}\n".encode())
+    return digest.hexdigest()
+
+
 def combined_hash(baselines: Iterable[Baselines]) -> str:
     """One hash over every simulator's content hash (sorted by simulator name)."""
+    return combine_hashes({item.simulator: item.content_hash() for item in baselines})
+
+
+def series_hash(
+    simulator: str, target: str, unit: str, interval_s: int, start: str, values: np.ndarray
+) -> str:
+    """SHA-256 of one target's baseline: its identity, unit, timing and float64 values.
+
+    A corpus embeds one such slice per target (a simulator's ``content_hash`` covers all its
+    targets and input files, so it cannot be recomputed from the slice); ``whatif verify``
+    recomputes this one.
+    """
     digest = hashlib.sha256()
-    for item in sorted(baselines, key=lambda b: b.simulator):
-        digest.update(f"{item.simulator}:{item.content_hash()}\n".encode())
+    header = {
+        "simulator": simulator,
+        "target": target,
+        "unit": unit,
+        "interval_s": int(interval_s),
+        "start": start,
+    }
+    digest.update(json.dumps(header, sort_keys=True).encode())
+    digest.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
     return digest.hexdigest()
 
 

@@ -15,9 +15,8 @@ from whatif_bench.simulators import read_baselines, shipped_baselines_path, writ
 from whatif_bench.simulators.base import Baselines
 
 
-def start_and_wait_for_partial(out):
-    """Start generating every SUMO target; return once its partial file exists."""
-    partial = out.with_name(f".{out.name}.partial")
+def start_and_wait_for_partial(out, jobs="1", stderr=subprocess.DEVNULL):
+    """Start generating every SUMO target; return once its (per-process) partial file exists."""
     command = [
         *whatif_executable(),
         "generate",
@@ -26,9 +25,10 @@ def start_and_wait_for_partial(out):
         "--out",
         str(out),
         "--jobs",
-        "1",
+        jobs,
     ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    partial = out.with_name(f".{out.name}.partial-{process.pid}")
     deadline = time.monotonic() + 60
     while not partial.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -66,7 +66,7 @@ def _fails(tmp_path, *args, message):
     result = run_whatif("generate", "--out", str(out), *args)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
-    assert not out.exists() and not (tmp_path / ".never.h5.partial").exists()
+    assert not out.exists() and not list(tmp_path.glob(".never.h5.partial*"))
 
 
 def test_unknown_target(tmp_path):
@@ -106,8 +106,8 @@ def test_nan_in_a_baseline(tmp_path):
 
 
 def test_bad_numbers(tmp_path):
-    _fails(tmp_path, "--seed", "-1", message="--seed must be >= 0")
-    _fails(tmp_path, "--jobs", "-2", message="--jobs must be >= 0")
+    _fails(tmp_path, "--seed", "-1", message="argument --seed: must be between 0 and 2**63 - 1")
+    _fails(tmp_path, "--jobs", "-2", message="argument --jobs: must be a positive integer")
 
 
 def test_a_baseline_too_short_for_the_axes(tmp_path):

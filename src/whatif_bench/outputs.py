@@ -68,9 +68,9 @@ def check_output_path(
     A file output must not be an existing folder, nor lie under a file; a folder output
     (``folder=True``) must not be an existing file. Neither may be one of the inputs.
     """
-    path = Path(path)
-    if str(path) == "":
+    if os.fspath(path) == "":  # checked before Path(), which turns "" into "."
         raise OutputError("the output path is empty")
+    path = Path(path)
     if folder:
         if path.exists() and not path.is_dir():
             raise OutputError(f"{path}: exists and is not a folder")

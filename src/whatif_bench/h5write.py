@@ -1,0 +1,111 @@
+"""Writing HDF5 files so that a full disk is an ordinary error, not a crash.
+
+When a write fails inside HDF5 (no space left, file size limit), h5py reports it only from
+object destructors ("Exception ignored"), the file is left in a state HDF5 cannot close, and
+the process may die with SIGSEGV at exit. ``GuardedFile`` sits between HDF5 and the disk (h5py's
+``fileobj`` driver): the first failed write is remembered and that write and every later one go
+to memory instead, so HDF5 never sees an error and can always close the file. The caller asks
+``check()`` after each block of work (and ``finish()`` at the end) and gets the ``OSError``.
+After a failure, only what HDF5 still writes before the caller stops is held in memory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class GuardedFile:
+    """A binary file for h5py's ``fileobj`` driver that never fails a write (see module doc).
+
+    Positions and sizes are in bytes. ``error`` is the first ``OSError`` of a write, or None.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.position = 0
+        self.size = 0
+        self.error: OSError | None = None
+        self.overflow: dict[int, bytes] = {}  # offset -> bytes written after a failure
+
+    # ---- the file protocol h5py uses ------------------------------------------------------
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence == os.SEEK_SET:
+            self.position = offset
+        elif whence == os.SEEK_CUR:
+            self.position += offset
+        else:
+            self.position = self.size + offset
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        if self.error is None:
+            try:
+                view = memoryview(data)
+                done = 0
+                while done < len(data):
+                    done += os.pwrite(self.fd, view[done:], self.position + done)
+            except OSError as exc:
+                self.error = exc
+        if self.error is not None:
+            self.overflow.pop(self.position, None)  # re-inserted last: the newest wins
+            self.overflow[self.position] = data
+        self.position += len(data)
+        self.size = max(self.size, self.position)
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        if size < 0:
+            size = max(0, self.size - self.position)
+        buffer = bytearray(os.pread(self.fd, size, self.position))
+        buffer.extend(b"\0" * (size - len(buffer)))
+        for offset, data in self.overflow.items():  # in write order
+            start, end = max(offset, self.position), min(offset + len(data), self.position + size)
+            if start < end:
+                buffer[start - self.position : end - self.position] = data[
+                    start - offset : end - offset
+                ]
+        self.position += size
+        return bytes(buffer)
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self.position if size is None else size
+        if self.error is None:
+            try:
+                os.ftruncate(self.fd, size)
+            except OSError as exc:
+                self.error = exc
+        self.size = size
+        return size
+
+    def flush(self) -> None:
+        pass
+
+    # ---- for the caller --------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise the first write error, if any."""
+        if self.error is not None:
+            raise self.error
+
+    def finish(self) -> None:
+        """Make the written bytes durable (``fsync``, where a full disk may show only now),
+        close the descriptor, then raise the first write error, if any."""
+        try:
+            if self.error is None:
+                try:
+                    os.fsync(self.fd)
+                except OSError as exc:
+                    self.error = exc
+        finally:
+            self.close()
+        self.check()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,14 +1,16 @@
 """``whatif verify``: check everything a corpus file claims.
 
 File-level: the counts (``n_pairs`` ...) match the index; the ``axes`` attribute is this
-toolkit's; every stored array is finite; each embedded baseline matches its recorded
-per-target hash (values, unit, interval, start); ``baselines_hash`` combines the recorded
-per-simulator hashes; the embedded series equal those of the given baselines file when it holds
-the same simulator content. Per target: the stored relationship description and unit are the
-registry's. Per pair: offsets are in range; the stored recipe equals the one drawn again from
-the master seed; the arrays rebuilt from the recipe equal the stored ones bit for bit; the
-stored 10 % statistics and verdict are the recomputed ones; every kept pair passes the rule.
-Pair ids are unique (``Corpus`` refuses a file where they are not).
+toolkit's; ``registry_hash`` is the registry's; the recorded config is consistent with the
+master seed and the index; every stored array is finite; each embedded baseline matches its
+recorded per-target hash (values, unit, interval, start); ``baselines_hash`` combines the
+recorded per-simulator hashes; the embedded series (and simulator version) equal those of the
+given baselines file when it holds the same simulator content. Per target: the stored
+relationship description and unit are the registry's. Per pair: the id matches its axes;
+offsets are in range; the stored recipe equals the one drawn again from the master seed; the
+arrays rebuilt from the recipe equal the stored ones bit for bit; the stored 10 % statistics
+and verdict are the recomputed ones; every kept pair passes the rule. Pair ids are unique
+(``Corpus`` refuses a file where they are not).
 """
 
 from __future__ import annotations
@@ -73,6 +75,33 @@ def _check_counts(corpus: Corpus, report: VerifyReport) -> None:
     stored_axes = attrs.get("axes")
     if stored_axes != json.dumps(axes_description(), sort_keys=True):
         report.problems.append("attribute axes: differs from the axes this toolkit generates with")
+
+
+def _check_config(corpus: Corpus, report: VerifyReport) -> None:
+    """The recorded config is JSON of this toolkit's fields, its seed is the master seed, and
+    every simulator or target it names is in the index."""
+    text = corpus.attrs.get("config")
+    try:
+        config = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        config = None
+    if not isinstance(config, dict) or set(config) != {"seed", "simulators", "targets"}:
+        report.problems.append(f"attribute config: not a recorded generation config: {text!r}")
+        return
+    if config["seed"] != corpus.attrs.get("master_seed"):
+        report.problems.append(
+            f"attribute config: seed {config['seed']!r} differs from master_seed "
+            f"{corpus.attrs.get('master_seed')!r}"
+        )
+    index = corpus.pairs[["simulator", "target"]].drop_duplicates()
+    simulators = set(index["simulator"])
+    names = set(index["target"]) | set(index["simulator"] + "/" + index["target"])
+    for name in config["simulators"]:
+        if name not in simulators:
+            report.problems.append(f"attribute config: simulator {name!r} has no pairs")
+    for name in config["targets"]:
+        if name not in names:
+            report.problems.append(f"attribute config: target {name!r} has no pairs")
 
 
 def _check_finite(corpus: Corpus, report: VerifyReport) -> None:
@@ -144,6 +173,7 @@ def _check_baselines(corpus: Corpus, registry, given, report: VerifyReport) -> N
         for name, mine, theirs in (
             ("interval_s", interval_s, item.interval_s),
             ("start", start, item.start),
+            ("simulator_version", str(sim.attrs.get("simulator_version")), item.simulator_version),
         ):
             if mine != theirs:
                 report.problems.append(
@@ -227,12 +257,15 @@ def verify_corpus(
     given = read_baselines(baselines_path or shipped_baselines_path())
     with Corpus(path) as corpus:
         if corpus.attrs.get("registry_hash") != registry_hash():
-            report.warnings.append(
-                "the relationship registry differs from the one that built this corpus"
+            report.problems.append(
+                f"attribute registry_hash: stored {corpus.attrs.get('registry_hash')!r}, the "
+                f"relationship registry here hashes to {registry_hash()!r} (another toolkit "
+                "version or edited spec files; the pairs were rebuilt with this registry)"
             )
         seed = int(corpus.attrs["master_seed"])
         registry = load_registry()
         _check_counts(corpus, report)
+        _check_config(corpus, report)
         _check_finite(corpus, report)
         _check_baselines(corpus, registry, given, report)
         h5 = corpus._h5
@@ -277,6 +310,11 @@ def verify_corpus(
                 if key not in baselines:
                     baselines[key] = corpus.baseline(*key)
                 stored = corpus.recipe(row)
+                if pair_id != stored.key.pair_id:
+                    report.problems.append(
+                        f"{pair_id}: the pair id does not match its axes ({stored.key.pair_id})"
+                    )
+                    continue
                 context, prediction = contexts(row["simulator"])[row["c_label"]]
                 drawn = draw_recipe(
                     stored.key, relationship, context, prediction, baselines[key].size, seed

@@ -249,112 +249,120 @@ def verify_corpus(
 ) -> VerifyReport:
     """Check the corpus at ``path`` (see the module doc); ``baselines_path``: a baselines file
     to compare the embedded series with (default: the shipped one)."""
-    from tqdm import tqdm
-
     from whatif_bench.simulators.store import shipped_baselines_path
 
     report = VerifyReport()
     given = read_baselines(baselines_path or shipped_baselines_path())
     with Corpus(path) as corpus:
-        if corpus.attrs.get("registry_hash") != registry_hash():
-            report.problems.append(
-                f"attribute registry_hash: stored {corpus.attrs.get('registry_hash')!r}, the "
-                f"relationship registry here hashes to {registry_hash()!r} (another toolkit "
-                "version or edited spec files; the pairs were rebuilt with this registry)"
-            )
-        seed = int(corpus.attrs["master_seed"])
-        registry = load_registry()
-        _check_counts(corpus, report)
-        _check_config(corpus, report)
-        _check_finite(corpus, report)
-        _check_baselines(corpus, registry, given, report)
-        h5 = corpus._h5
-        sizes = {
-            name: h5[name].shape[0]
-            for name in (
-                "events/start",
-                "events/direction",
-                "events/ratio",
-                "events/factors",
-                "futures/replay_factors",
-                "futures/novel_factors",
-                *(f"data/{n}" for n in DATA_DATASETS),
-            )
-        }
-        sizes["events/start"] = min(
-            sizes.pop(n) for n in ("events/start", "events/direction", "events/ratio")
+        # a damaged file can fail anywhere h5py reads: one CorpusError naming the file
+        corpus._read(
+            "its contents", lambda: _verify(corpus, given, report, progress, limit_problems)
         )
-        sizes["futures/replay_factors"] = min(
-            sizes.pop(n) for n in ("futures/replay_factors", "futures/novel_factors")
-        )
-        event_ratios = h5["events/ratio"][()]
-        baselines = {}
-        rows = corpus.pairs
-        for row in tqdm(
-            rows.itertuples(index=False),
-            total=len(rows),
-            desc="verifying",
-            unit="pair",
-            disable=not progress,
-        ):
-            row = row._asdict()
-            report.checked += 1
-            pair_id = row["pair_id"]
-            where = _offsets_problem(row, sizes)
-            if where is not None:
-                report.problems.append(f"{pair_id}: {where}")
-                continue
-            try:
-                relationship = registry.get(row["simulator"], row["target"])
-                key = (row["simulator"], row["target"])
-                if key not in baselines:
-                    baselines[key] = corpus.baseline(*key)
-                stored = corpus.recipe(row)
-                if pair_id != stored.key.pair_id:
-                    report.problems.append(
-                        f"{pair_id}: the pair id does not match its axes ({stored.key.pair_id})"
-                    )
-                    continue
-                context, prediction = contexts(row["simulator"])[row["c_label"]]
-                drawn = draw_recipe(
-                    stored.key, relationship, context, prediction, baselines[key].size, seed
-                )
-                if not _same_recipe(stored, drawn):
-                    report.problems.append(
-                        f"{pair_id}: stored recipe differs from the one the seed draws"
-                    )
-                    continue
-                rebuilt = build_pair(stored, relationship, baselines[key])
-                e0 = int(row["event_offset"])
-                report.problems.extend(
-                    _ratio_problems(
-                        pair_id, row, event_ratios[e0 : e0 + int(row["n_events"])], rebuilt
-                    )
-                )
-                if rebuilt.kept != bool(row["kept"]) or rebuilt.drop_reason != row["drop_reason"]:
-                    report.problems.append(
-                        f"{pair_id}: verdict {rebuilt.drop_reason or 'kept'!r} differs from the stored "
-                        f"{row['drop_reason'] or 'kept'!r}"
-                    )
-                    continue
-                if rebuilt.kept:
-                    if (
-                        min(rebuilt.history_ratios.min(), rebuilt.replay_ratio, rebuilt.novel_ratio)
-                        < 0.10
-                    ):
-                        report.problems.append(f"{pair_id}: a kept pair fails the 10 % rule")
-                    for name, values in rebuilt.arrays.items():
-                        offset = int(row[f"{name}_offset"])
-                        stored_values = corpus._slice(name, offset, values.size)
-                        if not np.array_equal(
-                            stored_values.view(np.uint32), values.reshape(-1).view(np.uint32)
-                        ):
-                            report.problems.append(
-                                f"{pair_id}: stored {name} differs from the rebuilt one"
-                            )
-            except (KeyError, ValueError, OSError) as exc:
-                report.problems.append(f"{pair_id}: cannot be rebuilt ({exc})")
-            if len(report.problems) >= limit_problems:
-                report.problems.append(f"stopped after {limit_problems} problems")
-                break
     return report
+
+
+def _verify(
+    corpus: Corpus, given, report: VerifyReport, progress: bool, limit_problems: int
+) -> None:
+    """The checks of ``verify_corpus`` on an open corpus; problems go to ``report``."""
+    from tqdm import tqdm
+
+    if corpus.attrs.get("registry_hash") != registry_hash():
+        report.problems.append(
+            f"attribute registry_hash: stored {corpus.attrs.get('registry_hash')!r}, the "
+            f"relationship registry here hashes to {registry_hash()!r} (another toolkit "
+            "version or edited spec files; the pairs were rebuilt with this registry)"
+        )
+    seed = int(corpus.attrs["master_seed"])
+    registry = load_registry()
+    _check_counts(corpus, report)
+    _check_config(corpus, report)
+    _check_finite(corpus, report)
+    _check_baselines(corpus, registry, given, report)
+    h5 = corpus._h5
+    sizes = {
+        name: h5[name].shape[0]
+        for name in (
+            "events/start",
+            "events/direction",
+            "events/ratio",
+            "events/factors",
+            "futures/replay_factors",
+            "futures/novel_factors",
+            *(f"data/{n}" for n in DATA_DATASETS),
+        )
+    }
+    sizes["events/start"] = min(
+        sizes.pop(n) for n in ("events/start", "events/direction", "events/ratio")
+    )
+    sizes["futures/replay_factors"] = min(
+        sizes.pop(n) for n in ("futures/replay_factors", "futures/novel_factors")
+    )
+    event_ratios = h5["events/ratio"][()]
+    baselines = {}
+    rows = corpus.pairs
+    for row in tqdm(
+        rows.itertuples(index=False),
+        total=len(rows),
+        desc="verifying",
+        unit="pair",
+        disable=not progress,
+    ):
+        row = row._asdict()
+        report.checked += 1
+        pair_id = row["pair_id"]
+        where = _offsets_problem(row, sizes)
+        if where is not None:
+            report.problems.append(f"{pair_id}: {where}")
+            continue
+        try:
+            relationship = registry.get(row["simulator"], row["target"])
+            key = (row["simulator"], row["target"])
+            if key not in baselines:
+                baselines[key] = corpus.baseline(*key)
+            stored = corpus.recipe(row)
+            if pair_id != stored.key.pair_id:
+                report.problems.append(
+                    f"{pair_id}: the pair id does not match its axes ({stored.key.pair_id})"
+                )
+                continue
+            context, prediction = contexts(row["simulator"])[row["c_label"]]
+            drawn = draw_recipe(
+                stored.key, relationship, context, prediction, baselines[key].size, seed
+            )
+            if not _same_recipe(stored, drawn):
+                report.problems.append(
+                    f"{pair_id}: stored recipe differs from the one the seed draws"
+                )
+                continue
+            rebuilt = build_pair(stored, relationship, baselines[key])
+            e0 = int(row["event_offset"])
+            report.problems.extend(
+                _ratio_problems(pair_id, row, event_ratios[e0 : e0 + int(row["n_events"])], rebuilt)
+            )
+            if rebuilt.kept != bool(row["kept"]) or rebuilt.drop_reason != row["drop_reason"]:
+                report.problems.append(
+                    f"{pair_id}: verdict {rebuilt.drop_reason or 'kept'!r} differs from the stored "
+                    f"{row['drop_reason'] or 'kept'!r}"
+                )
+                continue
+            if rebuilt.kept:
+                if (
+                    min(rebuilt.history_ratios.min(), rebuilt.replay_ratio, rebuilt.novel_ratio)
+                    < 0.10
+                ):
+                    report.problems.append(f"{pair_id}: a kept pair fails the 10 % rule")
+                for name, values in rebuilt.arrays.items():
+                    offset = int(row[f"{name}_offset"])
+                    stored_values = corpus._slice(name, offset, values.size)
+                    if not np.array_equal(
+                        stored_values.view(np.uint32), values.reshape(-1).view(np.uint32)
+                    ):
+                        report.problems.append(
+                            f"{pair_id}: stored {name} differs from the rebuilt one"
+                        )
+        except (KeyError, ValueError, OSError) as exc:
+            report.problems.append(f"{pair_id}: cannot be rebuilt ({exc})")
+        if len(report.problems) >= limit_problems:
+            report.problems.append(f"stopped after {limit_problems} problems")
+            break

@@ -129,19 +129,10 @@ class Corpus:
                 _file = h5py.File(self.path, "r")
             except OSError as exc:
                 raise CorpusError(f"{self.path}: not a readable HDF5 file ({exc})") from None
-            if _file.attrs.get("format") != FORMAT:
-                _file.close()
-                raise CorpusError(f"{self.path}: not a WhatIf-Bench corpus")
-            if not bool(_file.attrs.get("complete", False)):
-                _file.close()
-                raise CorpusError(
-                    f"{self.path}: incomplete corpus (an interrupted run?); generate it again"
-                )
         self._h5 = _file
         if _index is None:
             try:
-                self._check_layout()
-                _index = self._read_index()
+                _index = self._read("its file attributes and index", self._open_checks)
             except BaseException:
                 _file.close()
                 raise
@@ -157,6 +148,17 @@ class Corpus:
     # ---- layout ----------------------------------------------------------------------
     def _damaged(self, what: str) -> CorpusError:
         return CorpusError(f"{self.path}: damaged corpus, {what}")
+
+    def _open_checks(self) -> pd.DataFrame:
+        """Format, completeness and layout of a newly opened file; returns its index."""
+        if self._h5.attrs.get("format") != FORMAT:
+            raise CorpusError(f"{self.path}: not a WhatIf-Bench corpus")
+        if not bool(self._h5.attrs.get("complete", False)):
+            raise CorpusError(
+                f"{self.path}: incomplete corpus (an interrupted run?); generate it again"
+            )
+        self._check_layout()
+        return self._read_index()
 
     def _check_layout(self) -> None:
         """Every group, dataset and attribute the reader needs exists (names only: cheap)."""
@@ -221,7 +223,10 @@ class Corpus:
     @property
     def attrs(self) -> dict:
         """File-level provenance: version, config, seed, baselines and registry hashes."""
-        return {key: (v.item() if hasattr(v, "item") else v) for key, v in self._h5.attrs.items()}
+        return self._read(
+            "its file attributes",
+            lambda: {k: (v.item() if hasattr(v, "item") else v) for k, v in self._h5.attrs.items()},
+        )
 
     def tasks_frame(self) -> pd.DataFrame:
         """One row per kept task of this view (a pandas view of the index)."""
@@ -294,7 +299,8 @@ class Corpus:
             return read()
         except KeyError as exc:
             raise self._damaged(f"missing {what} ({exc})") from None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, TypeError, RuntimeError) as exc:
+            # h5py reports damage from wherever it notices: headers, attributes, chunks
             raise self._damaged(f"cannot read {what} ({exc})") from None
 
     def _relationship_summary(self, simulator: str, target: str) -> dict:

@@ -135,27 +135,33 @@ def read_baselines(path: str | os.PathLike, verify: bool = True) -> dict[str, Ba
         h5 = h5py.File(path, "r")
     except OSError as exc:
         raise BaselinesFileError(f"{path}: not a readable HDF5 file ({exc})") from None
-    out: dict[str, Baselines] = {}
-    with h5:
-        if h5.attrs.get("format") != FORMAT:
-            raise BaselinesFileError(f"{path}: not a WhatIf-Bench baselines file")
-        version = h5.attrs.get("format_version", -1)
-        if not isinstance(version, int | np.integer) or int(version) != FORMAT_VERSION:
-            raise BaselinesFileError(
-                f"{path}: format version {version} is not supported (expected {FORMAT_VERSION})"
-            )
-        try:
-            for simulator, group in h5.items():
-                item = _read_simulator(path, simulator, group, verify)
-                out[simulator] = item
-        except BaselinesFileError:
-            raise
-        except (KeyError, OSError, ValueError, TypeError, SimulatorError) as exc:
-            raise BaselinesFileError(f"{path}: damaged baselines file ({exc})") from None
-        if not out:
-            raise BaselinesFileError(f"{path}: holds no simulator")
-        if verify and combined_hash(out.values()) != h5.attrs.get("content_hash"):
-            raise BaselinesFileError(f"{path}: file-level content hash does not match")
+    try:
+        with h5:
+            return _read_file(path, h5, verify)
+    except BaselinesFileError:
+        raise
+    except (KeyError, OSError, ValueError, TypeError, RuntimeError, SimulatorError) as exc:
+        # h5py reports a damaged file from wherever it notices: attributes, links, chunks
+        raise BaselinesFileError(f"{path}: damaged baselines file ({exc})") from None
+
+
+def _read_file(path: Path, h5: Any, verify: bool) -> dict[str, Baselines]:
+    """Every simulator of an open baselines file, checked (see ``read_baselines``)."""
+    if h5.attrs.get("format") != FORMAT:
+        raise BaselinesFileError(f"{path}: not a WhatIf-Bench baselines file")
+    version = h5.attrs.get("format_version", -1)
+    if not isinstance(version, int | np.integer) or int(version) != FORMAT_VERSION:
+        raise BaselinesFileError(
+            f"{path}: format version {version} is not supported (expected {FORMAT_VERSION})"
+        )
+    out = {
+        simulator: _read_simulator(path, simulator, group, verify)
+        for simulator, group in h5.items()
+    }
+    if not out:
+        raise BaselinesFileError(f"{path}: holds no simulator")
+    if verify and combined_hash(out.values()) != h5.attrs.get("content_hash"):
+        raise BaselinesFileError(f"{path}: file-level content hash does not match")
     return out
 
 

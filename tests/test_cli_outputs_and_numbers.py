@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from tests.toy_spec import one_covariate_spec
 from whatif_bench.cli import main
 from whatif_bench.cli_types import positive_float
 
@@ -60,37 +61,7 @@ def test_plot_builds_file_names_only_from_safe_names(tmp_path, capsys, monkeypat
     monkeypatch.setattr(spec, "_NAME", re.compile(r".*"))
     monkeypatch.setattr(spec, "is_safe_name", lambda name: True)
     toml = tmp_path / "evil.toml"
-    toml.write_text(
-        """
-[simulator]
-name = "evil"
-title = "evil"
-history_pool = [0.5, 2]
-
-[[covariates]]
-name = "a"
-shape = "step"
-base_value = 1.0
-unit = "u"
-effect = "ratio"
-description = "a"
-
-[classes.c]
-combination = "multiplicative"
-typical_range = [1.0, 10.0]
-directions = { a = "direct" }
-rationale = "x"
-
-[[targets]]
-name = "../escaped"
-class = "c"
-unit = "u"
-primary = "a"
-form = "power"
-params = { exponent = 0.5 }
-rationale = "x"
-"""
-    )
+    toml.write_text(one_covariate_spec(simulator="evil", target="../escaped"))
     out = tmp_path / "plots"
     code, _, err = run(
         capsys,
@@ -119,35 +90,9 @@ def test_baselines_plot_into_an_existing_file_is_refused(tmp_path, capsys):
 def test_a_unit_with_dollar_signs_does_not_break_the_plot(tmp_path, capsys):
     toml = tmp_path / "units.toml"
     toml.write_text(
-        """
-[simulator]
-name = "units"
-title = "units"
-history_pool = [0.5, 2]
-
-[[covariates]]
-name = "a"
-shape = "step"
-base_value = 1.0
-unit = "$\\\\nope{"
-effect = "ratio"
-description = "a"
-
-[classes.c]
-combination = "multiplicative"
-typical_range = [1.0, 10.0]
-directions = { a = "direct" }
-rationale = "x"
-
-[[targets]]
-name = "t"
-class = "c"
-unit = "$\\\\frac{$"
-primary = "a"
-form = "power"
-params = { exponent = 0.5 }
-rationale = "x"
-"""
+        one_covariate_spec(
+            simulator="units", covariate_unit="$\\\\nope{", target_unit="$\\\\frac{$"
+        )
     )
     argv = ["--simulator", "units", "--spec", str(toml), "--out", str(tmp_path / "png")]
     code, _, err = run(capsys, "relationships", "plot", *argv)

@@ -9,36 +9,8 @@ import textwrap
 
 import pytest
 
+from tests.toy_spec import one_covariate_spec
 from whatif_bench.cli import main
-
-SPEC = """
-[simulator]
-name = "toyf"
-title = "toy with a user form"
-history_pool = [0.5, 2]
-
-[[covariates]]
-name = "a"
-shape = "step"
-base_value = 1.0
-unit = "u"
-effect = "ratio"
-description = "a"
-
-[classes.c]
-combination = "multiplicative"
-typical_range = [1.0, 10.0]
-directions = { a = "direct" }
-rationale = "toy"
-
-[[targets]]
-name = "t"
-class = "c"
-unit = "u"
-primary = "a"
-form = "FORM"
-rationale = "toy"
-"""
 
 
 def run(capsys, *argv):
@@ -59,7 +31,7 @@ def files(tmp_path, name, body):
         "def form(y, f, p):\n" + textwrap.indent(textwrap.dedent(body), "    ")
     )
     spec = tmp_path / "toyf.toml"
-    spec.write_text(SPEC.replace("FORM", name))
+    spec.write_text(one_covariate_spec(simulator="toyf", form=name, params=None))
     return forms, spec
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from whatif_bench._version import __version__
 from whatif_bench.errors import WhatIfError
+from whatif_bench.h5write import guarded_h5
 from whatif_bench.outputs import atomic_output, is_safe_name, safe_name
 from whatif_bench.simulators.base import Baselines, SimulatorError
 
@@ -89,7 +90,7 @@ def write_baselines(
         raise BaselinesFileError(f"each simulator may appear once, got {names}")
     for name in names:
         safe_name(name, "simulator name")
-    with atomic_output(path, inputs) as tmp, h5py.File(tmp, "w", track_order=True) as h5:
+    with atomic_output(path, inputs) as tmp, guarded_h5(tmp, track_order=True) as h5:
         h5.attrs["format"] = FORMAT
         h5.attrs["format_version"] = FORMAT_VERSION
         h5.attrs["toolkit_version"] = __version__

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
@@ -221,3 +223,47 @@ def test_bad_baselines_are_one_error_line_from_the_command_line(tmp_path, capsys
 def test_a_folder_given_as_baselines_file_is_named_as_such(tmp_path):
     with pytest.raises(BaselinesFileError, match=r"is a folder, not a baselines file"):
         read_baselines(tmp_path)
+
+
+def test_a_full_disk_while_writing_baselines_is_one_clear_error(tmp_path):
+    """RLIMIT_FSIZE makes writes past 200 kB fail (EFBIG) as a full disk would (ENOSPC); the
+    store must report it, keep the previous file and leave no temporary file."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    out = tmp_path / "b.h5"
+    write_baselines(out, [make("old")])
+    before = out.read_bytes()
+    script = textwrap.dedent(
+        f"""
+        import numpy as np
+        from tests.test_store import make
+        from whatif_bench.outputs import OutputError
+        from whatif_bench.simulators.store import write_baselines
+        item = make("big", n=400_000)  # about 6 MB of float64, past the limit
+        try:
+            write_baselines({str(out)!r}, [item])
+        except OutputError as exc:
+            print(exc)
+        """
+    )
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit,
+        cwd=str(Path(__file__).resolve().parents[1]),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{out}: file too large for this file system or limit"
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".b.h5.lock", "b.h5"]

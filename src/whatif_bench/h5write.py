@@ -11,8 +11,11 @@ After a failure, only what HDF5 still writes before the caller stops is held in 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 class GuardedFile:
@@ -109,3 +112,33 @@ class GuardedFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+@contextlib.contextmanager
+def guarded_h5(path: str | os.PathLike, **options: Any) -> Iterator[Any]:
+    """An ``h5py.File`` opened for writing through a ``GuardedFile`` at ``path``.
+
+    On a normal exit the file is closed, made durable and the first failed write (full disk,
+    file size limit) is raised as ``OSError``; on an exception the file is closed quietly and
+    the exception goes on. ``options`` go to ``h5py.File`` (e.g. ``track_order=True``).
+    """
+    import h5py
+
+    guard = GuardedFile(path)
+    try:
+        h5 = h5py.File(guard, "w", **options)
+    except BaseException:
+        guard.close()
+        raise
+    try:
+        yield h5
+    except BaseException:
+        try:
+            h5.close()
+        finally:
+            guard.close()
+        raise
+    try:
+        h5.close()
+    finally:
+        guard.finish()

@@ -1,0 +1,6 @@
+"""Exporting corpus tasks to other harnesses: Parquet / Hugging Face, fev, and LLM prompts.
+
+``whatif export CORPUS --format FORMAT --out DIR`` and ``export_corpus`` write one folder per
+export. Each format is one module with a ``write`` function of the same signature (see
+``whatif_bench.export.formats``); third-party clients are imported lazily.
+"""

@@ -38,12 +38,12 @@ from whatif_bench.evaluation.forecasters import (
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, score
 from whatif_bench.outputs import (
     OutputError,
+    OutputLockedError,
     atomic_output,
     check_output_path,
     make_folder,
     output_lock,
     safe_name,
-    temporary_path,
     write_text_atomic,
 )
 
@@ -224,16 +224,9 @@ CHUNK_COLUMNS = ["task_id", "model", "wql", "wape", "failed"]
 
 
 def _write_chunk(frame: pd.DataFrame, path: Path) -> None:
-    """Write a chunk under a temporary name, then rename (the folder lock is already held)."""
-    tmp = temporary_path(path)
-    try:
+    """Write a chunk atomically (no lock of its own: the folder lock is already held)."""
+    with atomic_output(path, lock=False) as tmp:
         frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
 
 
 def _read_chunk(path: Path, ids: list[str], label: str) -> tuple[pd.DataFrame | None, str | None]:
@@ -293,10 +286,8 @@ def _lock_folder(out: Path) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(output_lock(out / "evaluation"))
-        except OutputError as exc:
-            if "another whatif run" not in str(exc):
-                raise
-            raise OutputError(
+        except OutputLockedError:
+            raise OutputLockedError(
                 f"{out}: another whatif evaluate is writing into this folder; wait for it to "
                 "finish or choose another --out"
             ) from None

@@ -36,6 +36,10 @@ class OutputError(WhatIfError):
     """An output path cannot be written (bad name, clash with an input, locked, disk full)."""
 
 
+class OutputLockedError(OutputError):
+    """Another process holds the lock of an output (see ``output_lock``)."""
+
+
 def is_safe_name(name: object) -> bool:
     """Whether ``name`` can be used as one file name inside a folder (see ``safe_name``)."""
     return (
@@ -132,7 +136,7 @@ def output_lock(path: str | os.PathLike) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise OutputError(
+            raise OutputLockedError(
                 f"{path}: another whatif run is writing this output; wait for it or choose "
                 "another path"
             ) from None

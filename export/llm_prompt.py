@@ -92,6 +92,20 @@ def render_prompt(
     )
 
 
+def inline_prompt(task_folder) -> str:
+    """``prompt.txt`` of a task folder followed by its four tables, for text-only model APIs.
+
+    Each table is appended under its file name in a fenced code block, in ``FILES`` order.
+    """
+    from pathlib import Path
+
+    folder = Path(task_folder)
+    parts = [(folder / "prompt.txt").read_text(encoding="utf-8")]
+    for name in FILES:
+        parts.append(f"\n{name}:\n```csv\n{(folder / name).read_text(encoding='utf-8')}```\n")
+    return "".join(parts)
+
+
 # ---- parsing ------------------------------------------------------------------------------
 
 

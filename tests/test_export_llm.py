@@ -19,6 +19,7 @@ from whatif_bench.export.llm_prompt import (
     FILES,
     forecast_with_retries,
     growing_wait,
+    inline_prompt,
     parse_response,
 )
 from whatif_bench.generator import Corpus
@@ -277,8 +278,12 @@ def exported(tmp_path_factory):
     return outs, summary, tasks
 
 
+# pandas >= 3 parses floats exactly by default; pandas 2 needs the round-trip parser
+EXACT = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
+
+
 def read(path):
-    return pd.read_csv(path)  # pandas >= 3 parses floats exactly by default
+    return pd.read_csv(path, **EXACT)
 
 
 def test_summary_and_layout(exported):
@@ -370,7 +375,9 @@ def test_a_perfect_model_scores_zero_through_the_prompt(exported):
     (out, _), _, tasks = exported
     lines = [json.loads(line) for line in (out / KEY).read_text().splitlines()]
     for line, task in zip(lines, tasks, strict=True):
-        prompt = (out / line["folder"] / "prompt.txt").read_text()
+        prompt = inline_prompt(out / line["folder"])
+        for name in FILES:
+            assert (out / line["folder"] / name).read_text() in prompt
         pairs = list(zip(line["future_timestamps"], line["future_target"], strict=True))
         random.Random(0).shuffle(pairs)
         result = forecast_with_retries(

@@ -398,3 +398,18 @@ def test_unsafe_task_ids_are_refused():
     for unsafe in ("../x/y", "a b/c", "x/" * 150):
         with pytest.raises(OutputError):
             task_folder_name(unsafe)
+
+
+def test_the_documented_template_is_the_one_used():
+    from pathlib import Path
+
+    from whatif_bench.export.llm_prompt import TEMPLATE
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "EXPORT_LLM.md").read_text()
+    assert "```text\n" + TEMPLATE + "```" in doc
+
+
+def test_space_separated_timestamps_are_accepted():
+    stamps = stamps_of(2)
+    text = answer([(str(s), 1.5) for s in stamps], sep="; ")
+    assert parse_response(text, stamps).values["<target_1>"].tolist() == [1.5, 1.5]

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from whatif_bench.errors import WhatIfError
 from whatif_bench.export.llm_prompt import (
     FILES,
     TEMPLATE,
@@ -33,7 +32,6 @@ from whatif_bench.export.llm_prompt import (
     parse_response,
     render_prompt,
 )
-from whatif_bench.outputs import safe_name
 
 __all__ = [
     "KEY",
@@ -50,9 +48,13 @@ TASKS = "tasks"
 PROMPT = "prompt.txt"
 
 
-def task_folder_name(task_id: str) -> str:
-    """The folder of a task: its id with ``/`` as ``+`` (an ``OutputError`` if unsafe)."""
-    return safe_name(task_id.replace("/", "+"), "task id")
+def task_folder_name(position: int) -> str:
+    """The folder of the task at ``position`` in the export: ``task-000001`` and so on.
+
+    Numbers, not task ids: a task id names the simulator and target, which the model must not
+    see; ``key.jsonl`` maps each folder to its task id.
+    """
+    return f"task-{position + 1:06d}"
 
 
 def float_texts(values: np.ndarray) -> list[str]:
@@ -127,9 +129,7 @@ def write(corpus, tasks, folder, progress: bool = True) -> dict[str, Any]:
     """Write the selected ``tasks`` of ``corpus`` into the empty ``folder`` (see module doc)."""
     folder = Path(folder)
     ids = list(tasks["task_id"])
-    names = [task_folder_name(task_id) for task_id in ids]
-    if len(set(names)) != len(names):
-        raise WhatIfError("two selected tasks map to the same folder name; task ids repeat?")
+    names = [task_folder_name(position) for position in range(len(ids))]
     (folder / TASKS).mkdir()
     iterator = zip(ids, names, strict=True)
     if progress:

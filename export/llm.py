@@ -1,7 +1,150 @@
-"""Export format `llm` (to be written)."""
+"""Export format ``llm``: every task as four CSV tables and a prompt, names anonymised.
+
+Layout of the export folder::
+
+    key.jsonl                       one line per task, in task order: the dummy id -> real
+                                    name/unit mapping and the ground truth (never shown to a model)
+    tasks/<task>/prompt.txt         the prompt (``llm_prompt.TEMPLATE`` filled in)
+    tasks/<task>/past_covariates.csv      timestamp, <covariate_1>, …   (C rows)
+    tasks/<task>/past_target.csv          timestamp, <target_1>         (C rows)
+    tasks/<task>/future_timestamps.csv    timestamp, <target_1> blank   (H rows)
+    tasks/<task>/future_covariates.csv    timestamp, <covariate_1>, …   (H rows)
+
+``<task>`` is the task id with ``/`` replaced by ``+``. Numbers are the float32 task values in
+their shortest round-trip text, timestamps ISO 8601, lines end in ``\\n``: the same corpus and
+tasks give byte-identical files. See docs/EXPORT_LLM.md.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
 
-def write(corpus, tasks, folder, progress=True):
-    raise NotImplementedError("the llm export is not written yet")
+import numpy as np
+
+from whatif_bench.export.llm_prompt import (
+    FILES,
+    TEMPLATE,
+    dummy_ids,
+    forecast_with_retries,
+    parse_response,
+    render_prompt,
+)
+
+__all__ = [
+    "KEY",
+    "TASKS",
+    "float_texts",
+    "forecast_with_retries",
+    "parse_response",
+    "task_folder_name",
+    "write",
+]
+
+KEY = "key.jsonl"
+TASKS = "tasks"
+PROMPT = "prompt.txt"
+
+
+def task_folder_name(position: int) -> str:
+    """The folder of the task at ``position`` in the export: ``task-000001`` and so on.
+
+    Numbers, not task ids: a task id names the simulator and target, which the model must not
+    see; ``key.jsonl`` maps each folder to its task id.
+    """
+    return f"task-{position + 1:06d}"
+
+
+def float_texts(values: np.ndarray) -> list[str]:
+    """Each float32 value as the shortest text that reads back (via float64) to it exactly.
+
+    numpy's shortest float32 repr is used; in the rare case where reading that text as float64
+    and rounding to float32 would give another value (double rounding), the float64 repr of the
+    value is written instead, which always reads back exactly.
+    """
+    values = np.asarray(values, dtype=np.float32).ravel()
+    texts = [str(value) for value in values]
+    if texts:
+        back = np.array(texts, dtype=np.float64).astype(np.float32)
+        wrong = ~((back == values) & (np.signbit(back) == np.signbit(values)))
+        wrong &= ~(np.isnan(back) & np.isnan(values))
+        for i in np.flatnonzero(wrong):
+            texts[i] = repr(float(values[i]))
+    return texts
+
+
+def _table(stamps: list[str], header: list[str], columns: list[list[str]] | None) -> str:
+    """CSV text: ``timestamp`` then one column per header name (blank when ``columns`` is None)."""
+    lines = [",".join(["timestamp", *header])]
+    if columns is None:
+        blank = "," * len(header)
+        lines.extend(stamp + blank for stamp in stamps)
+    else:
+        lines.extend(",".join(row) for row in zip(stamps, *columns, strict=True))
+    return "\n".join(lines) + "\n"
+
+
+def _write_task(task, folder: Path) -> dict[str, Any]:
+    """The task's folder, and its line of the key."""
+    stamps = [stamp.isoformat() for stamp in task.timestamps()]
+    past, future = stamps[: task.context_length], stamps[task.context_length :]
+    targets = list(dummy_ids("target", 1))
+    covariates = list(dummy_ids("covariate", task.k))
+    folder.mkdir()
+    files = {
+        "past_covariates.csv": _table(
+            past, covariates, [float_texts(row) for row in task.history_covariates]
+        ),
+        "past_target.csv": _table(past, targets, [float_texts(task.history_target)]),
+        "future_timestamps.csv": _table(future, targets, None),
+        "future_covariates.csv": _table(
+            future, covariates, [float_texts(row) for row in task.future_covariates]
+        ),
+        PROMPT: render_prompt(targets, covariates, task.context_length, future, task.interval_s),
+    }
+    assert set(files) == {*FILES, PROMPT}
+    for name, text in files.items():
+        with open(folder / name, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+    variables = {targets[0]: {"name": task.target, "unit": task.units.get(task.target)}}
+    for dummy, name in zip(covariates, task.covariates, strict=True):
+        variables[dummy] = {"name": name, "unit": task.units.get(name)}
+    return {
+        "task_id": task.task_id,
+        "folder": f"{TASKS}/{folder.name}",
+        "simulator": task.simulator,
+        "future": task.future,
+        "variables": variables,
+        "future_timestamps": future,
+        # float32 values as float64 JSON numbers: exact after a cast back to float32
+        "future_target": [float(v) for v in task.future_target],
+        "counterfactual_future": [float(v) for v in task.counterfactual_future],
+        "history_last_value": float(task.history_target[-1]),
+    }
+
+
+def write(corpus, tasks, folder, progress: bool = True) -> dict[str, Any]:
+    """Write the selected ``tasks`` of ``corpus`` into the empty ``folder`` (see module doc)."""
+    folder = Path(folder)
+    ids = list(tasks["task_id"])
+    names = [task_folder_name(position) for position in range(len(ids))]
+    (folder / TASKS).mkdir()
+    iterator = zip(ids, names, strict=True)
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(iterator, total=len(ids), desc="llm export", unit="task")
+    with open(folder / KEY, "w", encoding="utf-8", newline="\n") as key:
+        for task_id, name in iterator:
+            line = _write_task(corpus[task_id], folder / TASKS / name)
+            key.write(json.dumps(line, sort_keys=True, allow_nan=False) + "\n")
+    return {
+        "format": "llm",
+        "tasks": len(ids),
+        "key": KEY,
+        "task_folders": TASKS,
+        "files_per_task": [*FILES, PROMPT],
+        "template_sha256": hashlib.sha256(TEMPLATE.encode("utf-8")).hexdigest(),
+    }

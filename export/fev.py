@@ -84,8 +84,7 @@ def _covariate_units(corpus) -> dict[tuple[str, str], dict[str, str]]:
         if corpus.attrs.get("registry_hash") != registry_hash():
             return {}
         return {
-            (r.simulator, r.target): {c.name: c.unit for c in r.covariates}
-            for r in load_registry()
+            (r.simulator, r.target): {c.name: c.unit for c in r.covariates} for r in load_registry()
         }
     except Exception:  # units are documentation only: never fail the export for them
         return {}

@@ -212,3 +212,15 @@ def test_empty_selection_writes_an_empty_benchmark(corpus_path, selection, tmp_p
         manifest = fev_export.write(corpus, frame.iloc[0:0], tmp_path, progress=False)
     assert manifest["tasks"] == 0 and manifest["groups"] == []
     assert fev_export.load_benchmark(tmp_path).tasks == []
+
+
+def test_fev_benchmark_from_yaml_reads_the_file_as_written(exported, monkeypatch):
+    folder, manifest, _, _ = exported
+    monkeypatch.chdir(folder)  # the paths in tasks.yaml are relative to the export folder
+    benchmark = fev.Benchmark.from_yaml("tasks.yaml")
+    assert [t.task_name for t in benchmark.tasks] == [g["task_name"] for g in manifest["groups"]]
+    task = benchmark.tasks[0]
+    assert task.eval_metric == "WQL" and task.quantile_levels == list(QUANTILE_LEVELS)
+    past, future = task.get_window(0).get_input_data()
+    assert len(past) == manifest["groups"][0]["tasks"]
+    assert "covariate_names" not in past.column_names  # metadata columns stay out of the window

@@ -1,7 +1,284 @@
-"""Export format `fev` (to be written)."""
+"""Export format ``fev``: wide Parquet files and fev Task definitions (fev 0.10).
+
+Layout of the export folder::
+
+    data/<simulator>/<C>-K<k>.parquet    one file per (simulator, context setting, K): one
+                                          frequency, one horizon, K covariate columns
+    tasks.yaml                            one fev Task per file (WQL/WAPE pooled over its series)
+    per_task/<simulator>/<C>-K<k>/<n>.parquet, tasks_per_task.yaml
+                                          only with ``per_task=True``: one file and one fev Task
+                                          per WhatIf task, so fev scores each task on its own
+
+Each row is one task (one series) in fev's wide format: ``id`` (the task id), ``timestamp``
+(history then future, ``list<timestamp[ms]>``), ``target`` and ``covariate_1..K`` (float32
+lists, history then future). The real names and units sit in scalar string columns (JSON):
+fev treats every list column as a dynamic one. Paths in the YAML files are relative to the
+export folder; ``load_benchmark`` resolves them. See docs/EXPORT_FEV.md.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
 
-def write(corpus, tasks, folder, progress=True):
-    raise NotImplementedError("the fev export is not written yet")
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from whatif_bench.errors import WhatIfError
+from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
+
+ROW_GROUP = 64  # tasks per Parquet row group: bounds memory on long contexts
+METADATA_COLUMNS = (
+    "target_name",
+    "target_unit",
+    "covariate_names",
+    "covariate_units",
+    "simulator",
+    "future",
+    "c_label",
+    "k",
+    "event_length",
+    "e_setting",
+    "interval_s",
+)
+TASK_FILE = "tasks.yaml"
+PER_TASK_FILE = "tasks_per_task.yaml"
+
+
+class FevExportError(WhatIfError):
+    """The selected tasks cannot be written in fev's format (mixed horizons in a group...)."""
+
+
+def covariate_columns(k: int) -> list[str]:
+    """The generic names of the K covariate columns."""
+    return [f"covariate_{i}" for i in range(1, k + 1)]
+
+
+def _schema(k: int, tz: str | None) -> pa.Schema:
+    values = pa.list_(pa.float32())
+    fields = [
+        pa.field("id", pa.string()),
+        pa.field("timestamp", pa.list_(pa.timestamp("ms", tz=tz))),
+        pa.field("target", values),
+        *(pa.field(name, values) for name in covariate_columns(k)),
+        *(pa.field(name, pa.string()) for name in METADATA_COLUMNS[:7]),
+        pa.field("k", pa.int32()),
+        pa.field("event_length", pa.int32()),
+        pa.field("e_setting", pa.string()),
+        pa.field("interval_s", pa.int64()),
+    ]
+    return pa.schema(fields)
+
+
+def _covariate_units(corpus) -> dict[tuple[str, str], dict[str, str]]:
+    """Covariate units from the shipped registry, when the corpus was built from it; else {}.
+
+    The corpus file stores the target's unit but not the covariates' units."""
+    try:
+        from whatif_bench.generator.writer import registry_hash
+        from whatif_bench.relationships import load_registry
+
+        if corpus.attrs.get("registry_hash") != registry_hash():
+            return {}
+        return {
+            (r.simulator, r.target): {c.name: c.unit for c in r.covariates} for r in load_registry()
+        }
+    except Exception:  # units are documentation only: never fail the export for them
+        return {}
+
+
+def _row(task, units: dict[str, str]) -> dict[str, Any]:
+    stamps = task.timestamps()
+    row = {
+        "id": task.task_id,
+        "timestamp": stamps,
+        "target": np.concatenate([task.history_target, task.future_target]).astype(np.float32),
+    }
+    for name, history, future in zip(
+        covariate_columns(task.k), task.history_covariates, task.future_covariates, strict=True
+    ):
+        row[name] = np.concatenate([history, future]).astype(np.float32)
+    row.update(
+        target_name=task.target,
+        target_unit=task.units.get(task.target, ""),
+        covariate_names=json.dumps(list(task.covariates)),
+        covariate_units=json.dumps([units.get(c, "") for c in task.covariates]),
+        simulator=task.simulator,
+        future=task.future,
+        c_label=task.c_label,
+        k=task.k,
+        event_length=task.event_length,
+        e_setting=task.e_setting,
+        interval_s=task.interval_s,
+    )
+    return row
+
+
+def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    columns = {}
+    for field in schema:
+        values = [row[field.name] for row in rows]
+        if field.name == "timestamp":
+            # arrow stores UTC instants: an aware index is converted to UTC, then made naive
+            naive = [v.tz_convert(None) if v.tz is not None else v for v in values]
+            stamps = [np.asarray(v, "datetime64[ms]") for v in naive]
+            columns["timestamp"] = pa.array(stamps, type=field.type)
+        else:
+            columns[field.name] = pa.array(values, type=field.type)
+    return pa.table(columns, schema=schema)
+
+
+def _write_parquet(path: Path, tasks: list, units_of, schema: pa.Schema, bar) -> None:
+    """Tasks (already in id order) to one zstd Parquet file, ROW_GROUP rows at a time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(path, schema, compression="zstd", compression_level=3) as writer:
+        for start in range(0, len(tasks), ROW_GROUP):
+            chunk = tasks[start : start + ROW_GROUP]
+            rows = [_row(t, units_of(t)) for t in chunk]
+            writer.write_table(_table(rows, schema), row_group_size=ROW_GROUP)
+            if bar is not None:
+                bar.update(len(chunk))
+
+
+def _yaml_value(value: Any) -> str:
+    """A YAML scalar or flow list; JSON text is valid YAML (and deterministic)."""
+    return json.dumps(value)
+
+
+def _write_yaml(path: Path, tasks: list[dict[str, Any]], comment: str) -> None:
+    lines = [f"# {line}" for line in comment.splitlines()] + ["tasks:"]
+    if not tasks:
+        lines[-1] = "tasks: []"
+    for task in tasks:
+        for index, (key, value) in enumerate(task.items()):
+            lines.append(f"{'- ' if index == 0 else '  '}{key}: {_yaml_value(value)}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _fev_task(dataset_path: str, horizon: int, k: int, name: str) -> dict[str, Any]:
+    """The keyword arguments of one ``fev.Task`` (fev 0.10 field names)."""
+    return {
+        "dataset_path": dataset_path,
+        "horizon": horizon,
+        "num_windows": 1,
+        "initial_cutoff": -horizon,
+        "seasonality": 1,
+        "eval_metric": "WQL",
+        "extra_metrics": ["WAPE"],
+        "quantile_levels": list(QUANTILE_LEVELS),
+        "target": "target",
+        "known_dynamic_columns": covariate_columns(k),
+        "task_name": name,
+    }
+
+
+def _freq(interval_s: int) -> str:
+    return pd.tseries.frequencies.to_offset(pd.Timedelta(seconds=interval_s)).freqstr
+
+
+POOLED_NOTE = """WhatIf-Bench corpus export for fev 0.10: one fev Task per (simulator, C, K) file.
+fev pools WQL and WAPE over a Task's series (sum of losses / sum of |y|), which is the
+|y|-weighted mean of the per-task scores, not the plain mean `whatif evaluate` reports.
+Paths are relative to this folder: load with whatif_bench.export.fev.load_benchmark(folder)."""
+PER_TASK_NOTE = """WhatIf-Bench corpus export for fev 0.10: one fev Task per WhatIf task (task_name = task id).
+fev's WQL and WAPE of each Task equal `whatif evaluate`'s per-task wql and wape.
+Paths are relative to this folder: load with load_benchmark(folder, per_task=True)."""
+
+
+def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: bool = False):
+    """Write the selected tasks in fev's wide format plus fev Task YAML files into ``folder``.
+
+    With ``per_task=True``, also one file and one fev Task per WhatIf task
+    (``tasks_per_task.yaml``), whose fev scores equal ``whatif evaluate``'s per-task scores."""
+    from tqdm.auto import tqdm
+
+    folder = Path(folder)
+    units = _covariate_units(corpus)
+
+    def units_of(task) -> dict[str, str]:
+        return units.get((task.simulator, task.target), {})
+
+    order: dict[tuple[str, str, int], list[str]] = {}
+    for row in tasks[["task_id", "simulator", "c_label", "k"]].itertuples(index=False):
+        order.setdefault((row.simulator, row.c_label, int(row.k)), []).append(row.task_id)
+
+    total = len(tasks) * (2 if per_task else 1)
+    bar = tqdm(total=total, desc="fev export", unit="task", disable=not progress)
+    groups, pooled, single = [], [], []
+    try:
+        for (simulator, c_label, k), ids in order.items():
+            ids = sorted(ids)  # fev sorts series by id; the file follows the same order
+            loaded = [corpus[task_id] for task_id in ids]
+            horizons = {t.prediction_length for t in loaded}
+            intervals = {t.interval_s for t in loaded}
+            if len(horizons) != 1 or len(intervals) != 1:
+                raise FevExportError(
+                    f"{simulator} {c_label} K={k}: tasks with horizons {sorted(horizons)} and "
+                    f"intervals {sorted(intervals)} s; fev needs one of each per file"
+                )
+            horizon, interval = horizons.pop(), intervals.pop()
+            tz = loaded[0].timestamps().tz
+            schema = _schema(k, None if tz is None else str(tz))
+            relative = f"data/{simulator}/{c_label}-K{k}.parquet"
+            _write_parquet(folder / relative, loaded, units_of, schema, bar)
+            name = f"whatif/{simulator}/{c_label}/K{k}"
+            pooled.append(_fev_task(relative, horizon, k, name))
+            group = {
+                "file": relative,
+                "task_name": name,
+                "simulator": simulator,
+                "c_label": c_label,
+                "k": k,
+                "horizon": horizon,
+                "freq": _freq(interval),
+                "tasks": len(loaded),
+            }
+            if per_task:
+                width = len(str(len(loaded) - 1))
+                group["per_task_folder"] = f"per_task/{simulator}/{c_label}-K{k}"
+                for index, task in enumerate(loaded):
+                    one = f"{group['per_task_folder']}/{index:0{width}d}.parquet"
+                    _write_parquet(folder / one, [task], units_of, schema, bar)
+                    single.append(_fev_task(one, horizon, k, task.task_id))
+            groups.append(group)
+    finally:
+        bar.close()
+
+    _write_yaml(folder / TASK_FILE, pooled, POOLED_NOTE)
+    files = [TASK_FILE]
+    if per_task:
+        _write_yaml(folder / PER_TASK_FILE, single, PER_TASK_NOTE)
+        files.append(PER_TASK_FILE)
+    return {
+        "format": "fev",
+        "fev_version": "0.10",
+        "tasks": int(len(tasks)),
+        "files": files + [g["file"] for g in groups],
+        "task_files": files,
+        "groups": groups,
+        "per_task": bool(per_task),
+        "quantile_levels": list(QUANTILE_LEVELS),
+        "metrics": {"eval_metric": "WQL", "extra_metrics": ["WAPE"]},
+    }
+
+
+def task_configs(folder, per_task: bool = False) -> list[dict[str, Any]]:
+    """The fev Task definitions of an export, with data paths made absolute."""
+    import yaml
+
+    folder = Path(folder).resolve()
+    path = folder / (PER_TASK_FILE if per_task else TASK_FILE)
+    if not path.is_file():
+        raise FevExportError(f"{path}: no such file (per_task={per_task})")
+    configs = yaml.safe_load(path.read_text(encoding="utf-8"))["tasks"] or []
+    return [{**c, "dataset_path": str(folder / c["dataset_path"])} for c in configs]
+
+
+def load_benchmark(folder, per_task: bool = False):
+    """``fev.Benchmark`` of an export folder (pooled Tasks, or one Task per WhatIf task)."""
+    import fev
+
+    return fev.Benchmark.from_list(task_configs(folder, per_task))

@@ -1,0 +1,226 @@
+"""The fev export read back by fev 0.10 itself: data equal the corpus, scores equal evaluate's."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+# datasets caches every parquet it loads: keep that cache out of the user's home, and offline
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="whatif-hf-cache-"))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from whatif_bench.evaluation import evaluate  # noqa: E402
+from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, wape, wql  # noqa: E402
+from whatif_bench.export import fev as fev_export  # noqa: E402
+from whatif_bench.generator import Corpus, GenerationConfig, generate  # noqa: E402
+from whatif_bench.simulators import shipped_baselines_path  # noqa: E402
+
+fev = pytest.importorskip("fev")
+
+TARGETS = ("epanet/pressure_10",)
+PER_GROUP = 2  # tasks per (C, K) group in the small selection scored one fev Task at a time
+
+
+@pytest.fixture(scope="module")
+def corpus_path(tmp_path_factory):
+    config = GenerationConfig(
+        baselines=str(shipped_baselines_path()),
+        out=str(tmp_path_factory.mktemp("corpus") / "c.h5"),
+        targets=TARGETS,
+        seed=0,
+        jobs=1,
+    )
+    return generate(config, progress=False)
+
+
+@pytest.fixture(scope="module")
+def naive_scores(corpus_path, tmp_path_factory):
+    """whatif evaluate's own per-task wql and wape of the naive baseline."""
+    result = evaluate(corpus_path, ["naive"], tmp_path_factory.mktemp("eval"), progress=False)
+    return result.per_task.set_index("task_id")[["wql", "wape"]]
+
+
+@pytest.fixture(scope="module")
+def selection(corpus_path):
+    """All tasks (pooled export), and a few per group (per-task export)."""
+    with Corpus(corpus_path) as corpus:
+        frame = corpus.tasks_frame()
+    few = frame.groupby(["c_label", "k"], sort=False).head(PER_GROUP).reset_index(drop=True)
+    return frame, few
+
+
+@pytest.fixture(scope="module")
+def exported(corpus_path, selection, tmp_path_factory):
+    frame, few = selection
+    pooled_dir = tmp_path_factory.mktemp("fev-pooled")
+    single_dir = tmp_path_factory.mktemp("fev-single")
+    with Corpus(corpus_path) as corpus:
+        pooled = fev_export.write(corpus, frame, pooled_dir, progress=False)
+        single = fev_export.write(corpus, few, single_dir, progress=False, per_task=True)
+    return pooled_dir, pooled, single_dir, single
+
+
+def naive_predictions(window, levels) -> list[dict]:
+    past, _ = window.get_input_data()
+    horizon = len(window.get_ground_truth()[0]["target"])
+    out = []
+    for row in past:
+        forecast = [float(row["target"][-1])] * horizon
+        out.append({"predictions": forecast, **{str(q): forecast for q in levels}})
+    return out
+
+
+def test_manifest_is_json_and_groups_have_one_horizon(exported, selection, corpus_path):
+    _, pooled, _, single = exported
+    json.dumps(pooled), json.dumps(single)
+    frame, few = selection
+    assert pooled["tasks"] == len(frame) and single["tasks"] == len(few)
+    assert sum(g["tasks"] for g in pooled["groups"]) == len(frame)
+    keys = {(g["simulator"], g["c_label"], g["k"]) for g in pooled["groups"]}
+    assert keys == set(frame[["simulator", "c_label", "k"]].itertuples(index=False, name=None))
+    with Corpus(corpus_path) as corpus:
+        assert corpus[frame["task_id"].iloc[0]].interval_s == 300
+    assert {g["freq"] for g in pooled["groups"]} == {"5min"}  # what pandas infers, as fev does
+
+
+def test_fev_reads_every_file_and_data_equal_the_corpus(exported, corpus_path):
+    folder, manifest, _, _ = exported
+    benchmark = fev_export.load_benchmark(folder)
+    assert len(benchmark.tasks) == len(manifest["groups"])
+    with Corpus(corpus_path) as corpus:
+        for task, group in zip(benchmark.tasks, manifest["groups"], strict=True):
+            k = group["k"]
+            assert task.horizon == group["horizon"]
+            assert task.known_dynamic_columns == [f"covariate_{i}" for i in range(1, k + 1)]
+            window = next(iter(task.iter_windows()))
+            assert task.freq == group["freq"]
+            past, future = window.get_input_data()
+            truth = window.get_ground_truth()
+            assert len(past) == group["tasks"]
+            for index in range(len(past)):
+                p, f, t = past[index], future[index], truth[index]
+                original = corpus[p["id"]]
+                assert f["id"] == t["id"] == p["id"]
+                np.testing.assert_array_equal(p["target"], original.history_target)
+                np.testing.assert_array_equal(t["target"], original.future_target)
+                for i in range(k):
+                    name = f"covariate_{i + 1}"
+                    np.testing.assert_array_equal(p[name], original.history_covariates[i])
+                    np.testing.assert_array_equal(f[name], original.future_covariates[i])
+                stamps = original.timestamps()
+                assert pd.DatetimeIndex(p["timestamp"]).equals(stamps[: original.context_length])
+                assert pd.DatetimeIndex(f["timestamp"]).equals(stamps[original.context_length :])
+            full = task.load_full_dataset()
+            names = [json.loads(n) for n in full["covariate_names"]]
+            assert all(len(n) == k for n in names)
+
+
+def test_names_and_units_are_kept(exported, corpus_path):
+    folder, manifest, _, _ = exported
+    table = pd.read_parquet(folder / manifest["groups"][0]["file"])
+    with Corpus(corpus_path) as corpus:
+        task = corpus[table["id"].iloc[0]]
+    assert json.loads(table["covariate_names"].iloc[0]) == list(task.covariates)
+    assert table["target_name"].iloc[0] == task.target
+    assert table["target_unit"].iloc[0] == task.units[task.target]
+    units = json.loads(table["covariate_units"].iloc[0])
+    assert len(units) == task.k and all(units)  # the corpus was built from the shipped registry
+
+
+def test_per_task_fev_scores_equal_whatif_evaluate(exported, naive_scores, selection):
+    _, _, folder, manifest = exported
+    benchmark = fev_export.load_benchmark(folder, per_task=True)
+    _, few = selection
+    by_group = few.groupby(["c_label", "k"])["task_id"]
+    expected_names = [
+        i for g in manifest["groups"] for i in sorted(by_group.get_group((g["c_label"], g["k"])))
+    ]
+    assert [t.task_name for t in benchmark.tasks] == expected_names
+    for task in benchmark.tasks:
+        predictions = [naive_predictions(w, task.quantile_levels) for w in task.iter_windows()]
+        summary = task.evaluation_summary(predictions, model_name="naive")
+        expected = naive_scores.loc[task.task_name]
+        assert summary["num_forecasts"] == 1
+        assert summary["WQL"] == pytest.approx(expected["wql"], rel=0, abs=1e-9)
+        assert summary["WAPE"] == pytest.approx(expected["wape"], rel=0, abs=1e-9)
+
+
+def test_pooled_fev_scores_are_the_abs_weighted_mean(exported, corpus_path, naive_scores):
+    folder, manifest, _, _ = exported
+    benchmark = fev_export.load_benchmark(folder)
+    levels = np.asarray(QUANTILE_LEVELS)
+    with Corpus(corpus_path) as corpus:
+        for task in benchmark.tasks:
+            window = next(iter(task.iter_windows()))
+            summary = task.evaluation_summary(
+                [naive_predictions(window, task.quantile_levels)], model_name="naive"
+            )
+            ids = list(window.get_ground_truth()["id"])
+            truths = [corpus[i].future_target.astype(np.float64) for i in ids]
+            lasts = [float(corpus[i].history_target[-1]) for i in ids]
+            # the documented formula: sums over all series and steps of the group
+            y = np.concatenate(truths)
+            point = np.concatenate([np.full(t.size, v) for t, v in zip(truths, lasts, strict=True)])
+            q = np.repeat(point[:, None], levels.size, axis=1)
+            loss = 2 * np.abs((y[:, None] - q) * ((y[:, None] <= q) - levels))
+            pooled_wql = float(np.mean(loss.sum(axis=0) / np.abs(y).sum()))
+            pooled_wape = float(np.abs(y - point).sum() / np.abs(y).sum())
+            assert summary["WQL"] == pytest.approx(pooled_wql, rel=1e-12)
+            assert summary["WAPE"] == pytest.approx(pooled_wape, rel=1e-12)
+            # the same as the |y|-weighted mean of whatif evaluate's per-task scores
+            weights = np.array([np.abs(t).sum() for t in truths])
+            weights /= weights.sum()
+            per_task = naive_scores.loc[ids]
+            assert summary["WAPE"] == pytest.approx(float(weights @ per_task["wape"]), rel=1e-9)
+            assert summary["WQL"] == pytest.approx(float(weights @ per_task["wql"]), rel=1e-9)
+            # and whatif's metrics functions give the per-task numbers evaluate reported
+            first = corpus[ids[0]]
+            truth = first.future_target.astype(np.float64)  # as the runner passes it
+            forecast = np.full(first.prediction_length, float(first.history_target[-1]))
+            assert per_task["wape"].iloc[0] == wape(truth, forecast)
+            assert per_task["wql"].iloc[0] == wql(truth, forecast[:, None], (0.5,))
+
+
+def test_same_input_same_bytes(corpus_path, selection, tmp_path):
+    _, few = selection
+    digests = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        out.mkdir()
+        with Corpus(corpus_path) as corpus:
+            fev_export.write(corpus, few, out, progress=False, per_task=True)
+        digests.append(
+            {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        )
+    assert digests[0] == digests[1]
+    parquet = [p for p in digests[0] if p.suffix == ".parquet"]
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(tmp_path / "a" / parquet[0]).metadata
+    assert meta.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_empty_selection_writes_an_empty_benchmark(corpus_path, selection, tmp_path):
+    frame, _ = selection
+    with Corpus(corpus_path) as corpus:
+        manifest = fev_export.write(corpus, frame.iloc[0:0], tmp_path, progress=False)
+    assert manifest["tasks"] == 0 and manifest["groups"] == []
+    assert fev_export.load_benchmark(tmp_path).tasks == []
+
+
+def test_fev_benchmark_from_yaml_reads_the_file_as_written(exported, monkeypatch):
+    folder, manifest, _, _ = exported
+    monkeypatch.chdir(folder)  # the paths in tasks.yaml are relative to the export folder
+    benchmark = fev.Benchmark.from_yaml("tasks.yaml")
+    assert [t.task_name for t in benchmark.tasks] == [g["task_name"] for g in manifest["groups"]]
+    task = benchmark.tasks[0]
+    assert task.eval_metric == "WQL" and task.quantile_levels == list(QUANTILE_LEVELS)
+    past, future = task.get_window(0).get_input_data()
+    assert len(past) == manifest["groups"][0]["tasks"]
+    assert "covariate_names" not in past.column_names  # metadata columns stay out of the window

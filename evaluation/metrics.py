@@ -24,7 +24,9 @@ def quantile_loss(y_true: np.ndarray, q_pred: np.ndarray, levels: np.ndarray) ->
 def wql(
     y_true: np.ndarray, q_pred: np.ndarray, levels=QUANTILE_LEVELS, epsilon: float = 0.0
 ) -> float:
-    """Weighted quantile loss of one task: ``y_true`` (H,), ``q_pred`` (H, Q)."""
+    """Weighted quantile loss of one task: ``y_true`` (H,), ``q_pred`` (H, Q); computed in
+    float64 whatever the input dtype."""
+    y_true = np.asarray(y_true, dtype=np.float64)
     levels = np.asarray(levels, dtype=np.float64)
     q_pred = np.asarray(q_pred, dtype=np.float64).reshape(len(y_true), levels.size)
     loss = quantile_loss(y_true, q_pred, levels).mean(axis=0)  # (Q,)

@@ -55,3 +55,10 @@ def test_equal_to_fev(horizon, seed, offset):
     assert score(y, point, None)["wql"] == pytest.approx(
         fev_compute(fev_metrics.WQL(), y, point, point[:, None], (0.5,)), rel=1e-12
     )
+
+
+def test_float32_truth_is_scored_in_float64(rng):
+    truth = rng.uniform(1, 100, 48).astype(np.float32)
+    forecast = rng.uniform(1, 100, (48, 9))
+    assert wql(truth, forecast) == wql(truth.astype(np.float64), forecast)
+    assert wape(truth, forecast[:, 4]) == wape(truth.astype(np.float64), forecast[:, 4])

@@ -346,3 +346,19 @@ def test_cli_help_states_the_defaults():
     text = " ".join(result.stdout.split())
     for phrase in ("{parquet,fev,llm}", "default: all tasks", "default: 0", "default: off"):
         assert phrase in text
+
+
+def test_a_second_concurrent_export_fails_at_once(corpus_path, tmp_path):
+    from whatif_bench.outputs import output_lock
+
+    out = tmp_path / "o"
+    with output_lock(out):  # another run holds the output
+        with pytest.raises(WhatIfError, match="another whatif run is writing this output"):
+            export_corpus(corpus_path, "parquet", out, progress=False)
+    assert not out.exists()
+
+
+def test_out_equal_to_the_corpus_is_refused(corpus_path):
+    with pytest.raises(WhatIfError, match="exists and is not a folder"):
+        export_corpus(corpus_path, "parquet", corpus_path, progress=False)
+    assert Corpus(corpus_path).close() is None  # still a readable corpus

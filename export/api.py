@@ -138,7 +138,9 @@ def _stale(out: Path) -> list[Path]:
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
+    if out.is_symlink():
+        raise OutputError(f"{out}: is a symbolic link; give the folder itself")
+    if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: exists and is not a folder")
     if not out.exists():
         return
@@ -182,6 +184,9 @@ def export_corpus(
 
 def _export(corpus, write, format, out, subset, seed, simulators, futures, overwrite, progress):
     out = check_output_path(out, inputs=[corpus.path], folder=True)
+    out = Path(os.path.abspath(out))  # "." or "dir/.." have no name to put a temporary beside
+    if out.parent == out:
+        raise OutputError(f"{out}: cannot export to the root folder; give a folder inside it")
     _check_out(out, overwrite)  # before any work; again under the lock
     view, tasks = select(corpus, subset, seed, simulators, futures)
     attrs = corpus.attrs

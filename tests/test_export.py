@@ -362,3 +362,19 @@ def test_out_equal_to_the_corpus_is_refused(corpus_path):
     with pytest.raises(WhatIfError, match="exists and is not a folder"):
         export_corpus(corpus_path, "parquet", corpus_path, progress=False)
     assert Corpus(corpus_path).close() is None  # still a readable corpus
+
+
+def test_dot_root_and_symlink_outs_are_clear_errors(corpus_path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(WhatIfError, match=f"^{tmp_path}: already exists; pass --overwrite"):
+        export_corpus(corpus_path, "parquet", ".", progress=False)
+    with pytest.raises(WhatIfError, match=f"^{tmp_path}: not a whatif export"):
+        export_corpus(corpus_path, "parquet", ".", overwrite=True, progress=False)
+    with pytest.raises(WhatIfError, match="^/: cannot export to the root folder"):
+        export_corpus(corpus_path, "parquet", "/", overwrite=True, progress=False)
+    real = export_corpus(corpus_path, "parquet", tmp_path / "real", subset=0.05, progress=False)
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(WhatIfError, match="link: is a symbolic link; give the folder itself"):
+        export_corpus(corpus_path, "parquet", "link", overwrite=True, progress=False)
+    assert (tmp_path / "notes.txt").read_text() == "mine" and (real / "manifest.json").is_file()

@@ -378,3 +378,37 @@ def test_dot_root_and_symlink_outs_are_clear_errors(corpus_path, tmp_path, monke
     with pytest.raises(WhatIfError, match="link: is a symbolic link; give the folder itself"):
         export_corpus(corpus_path, "parquet", "link", overwrite=True, progress=False)
     assert (tmp_path / "notes.txt").read_text() == "mine" and (real / "manifest.json").is_file()
+
+
+def test_ctrl_c_of_the_real_command_removes_the_temporary_folder(corpus_path, tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import whatif_executable
+
+    out = tmp_path / "o"
+    process = subprocess.Popen(
+        [
+            *whatif_executable(),
+            "export",
+            str(corpus_path),
+            "--format",
+            "parquet",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".o.partial-*")) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.002)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert err.strip().splitlines()[-1] == f"interrupted; no export was written; {out} is unchanged"
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock"]

@@ -1,0 +1,248 @@
+"""``export_corpus``: select tasks of a corpus and write them in one format, atomically.
+
+The folder is written under a hidden temporary name beside ``out`` (``.<name>.partial-<pid>``)
+while ``outputs.output_lock(out)`` is held; ``manifest.json`` is written last, then the folder
+is renamed into place. A folder without ``manifest.json`` is never a finished export. An
+existing ``out`` is replaced (``overwrite=True``) only once the new export is complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from whatif_bench._version import __version__
+from whatif_bench.errors import WhatIfError
+from whatif_bench.export import formats
+from whatif_bench.outputs import (
+    OutputError,
+    _describe,
+    check_output_path,
+    output_lock,
+    temporary_path,
+)
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+BATCH_TASKS = 1024  # tasks read into memory at once (at most)
+BATCH_VALUES = 16 * 1024 * 1024  # ... and at most this many float32 values (64 MiB)
+
+
+class ExportError(WhatIfError):
+    """The export cannot be made: bad options, an empty selection, an unusable output."""
+
+
+# ---- selection ------------------------------------------------------------------------
+def select(
+    corpus,
+    subset: float | None = None,
+    seed: int = 0,
+    simulators: Sequence[str] = (),
+    futures: Sequence[str] = (),
+):
+    """The filtered corpus view and the frame of its selected tasks, in a fixed order."""
+    from whatif_bench.evaluation.runner import select_tasks
+    from whatif_bench.generator.axes import FUTURES
+
+    simulators, futures = list(simulators or ()), list(futures or ())
+    known = sorted(set(corpus.pairs["simulator"]))
+    unknown = sorted(set(simulators) - set(known))
+    if unknown:
+        raise ExportError(f"simulator(s) {unknown} are not in this corpus; it has {known}")
+    wrong = sorted(set(futures) - set(FUTURES))
+    if wrong:
+        raise ExportError(f"unknown future type(s) {wrong}; expected {list(FUTURES)}")
+    if subset is not None and not (
+        isinstance(subset, int | float) and not isinstance(subset, bool) and 0.0 < subset <= 1.0
+    ):
+        raise ExportError(f"subset must be a fraction in (0, 1], got {subset!r}")
+    view = corpus.filter(simulator=simulators or None, future=futures or None)
+    tasks = select_tasks(view.tasks_frame(), subset, seed)
+    if tasks.empty:
+        raise ExportError(
+            f"no tasks selected from {corpus.path} (simulators {simulators or 'all'}, futures "
+            f"{futures or 'all'}, subset {subset}); nothing to export"
+        )
+    return view, tasks
+
+
+def task_batches(
+    corpus, tasks: pd.DataFrame, max_tasks: int | None = None, max_values: int | None = None
+) -> Iterator[list]:
+    """The ``Task`` objects of ``tasks`` in order, in lists of at most ``max_tasks`` tasks and
+    (roughly) ``max_values`` float32 values, so memory stays bounded whatever the corpus size.
+
+    The batch boundaries depend only on the tasks, so a writer that makes one row group per
+    batch writes the same bytes every time."""
+    max_tasks = max_tasks or BATCH_TASKS
+    max_values = max_values or BATCH_VALUES
+    batch, values = [], 0
+    for row in tasks[["task_id", "k", "context", "prediction"]].itertuples(index=False):
+        size = (2 * int(row.k) + 2) * int(row.prediction) + (int(row.k) + 1) * int(row.context)
+        if batch and (len(batch) >= max_tasks or values + size > max_values):
+            yield batch
+            batch, values = [], 0
+        batch.append(corpus[row.task_id])
+        values += size
+    if batch:
+        yield batch
+
+
+def task_ids_sha256(ids: Sequence[str]) -> str:
+    """SHA-256 of the task ids, one per line (UTF-8, each followed by a newline)."""
+    digest = hashlib.sha256()
+    for task_id in ids:
+        digest.update(task_id.encode("utf-8") + b"\n")
+    return digest.hexdigest()
+
+
+def _file_hashes(folder: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        out[path.relative_to(folder).as_posix()] = {
+            "bytes": path.stat().st_size,
+            "sha256": digest.hexdigest(),
+        }
+    return out
+
+
+# ---- the folder -------------------------------------------------------------------------
+def _is_export(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _stale(out: Path) -> list[Path]:
+    """Temporary folders left by killed runs to ``out`` (safe to remove under the lock)."""
+    prefixes = (f".{out.name}.partial-", f".{out.name}.old-")
+    return [p for p in out.parent.iterdir() if p.name.startswith(prefixes)]
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    if out.is_symlink():
+        raise OutputError(f"{out}: is a symbolic link; give the folder itself")
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out}: exists and is not a folder")
+    if not out.exists():
+        return
+    if not overwrite:
+        raise OutputError(f"{out}: already exists; pass --overwrite to replace it")
+    if not _is_export(out) and any(out.iterdir()):
+        raise OutputError(
+            f"{out}: not a whatif export (no {MANIFEST}) and not empty; refusing to replace it"
+        )
+
+
+def export_corpus(
+    corpus,
+    format: str,
+    out: str | os.PathLike,
+    subset: float | None = None,
+    seed: int = 0,
+    simulators: Sequence[str] = (),
+    futures: Sequence[str] = (),
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Export the selected tasks of ``corpus`` (a path or an open ``Corpus``) in ``format``
+    (``parquet``, ``fev`` or ``llm``) to the folder ``out``; returns ``out``.
+
+    ``subset`` is a stratified fraction of the tasks drawn with ``seed`` (as ``whatif
+    evaluate --subset``); ``simulators`` and ``futures`` restrict the tasks (empty: all).
+    The same corpus and options always give byte-identical files.
+    """
+    from whatif_bench.generator.corpus import Corpus
+
+    write = formats.writer(format)
+    with contextlib.ExitStack() as stack:
+        if not isinstance(corpus, Corpus):
+            check_output_path(out, inputs=[corpus], folder=True)
+            corpus = stack.enter_context(Corpus(corpus))
+        return _export(
+            corpus, write, format, out, subset, seed, simulators, futures, overwrite, progress
+        )
+
+
+def _export(corpus, write, format, out, subset, seed, simulators, futures, overwrite, progress):
+    out = check_output_path(out, inputs=[corpus.path], folder=True)
+    out = Path(os.path.abspath(out))  # "." or "dir/.." have no name to put a temporary beside
+    if out.parent == out:
+        raise OutputError(f"{out}: cannot export to the root folder; give a folder inside it")
+    _check_out(out, overwrite)  # before any work; again under the lock
+    view, tasks = select(corpus, subset, seed, simulators, futures)
+    attrs = corpus.attrs
+    with output_lock(out):
+        _check_out(out, overwrite)
+        for stale in _stale(out):
+            _remove(stale)
+        tmp = temporary_path(out)
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        try:
+            tmp.mkdir()
+            written = write(view, tasks, tmp, progress)
+            ids = tasks["task_id"].tolist()
+            manifest = {
+                "manifest_version": MANIFEST_VERSION,
+                "toolkit_version": __version__,
+                "format": format,
+                "corpus": {
+                    "path": str(Path(corpus.path).resolve()),
+                    "toolkit_version": str(attrs.get("toolkit_version", "")),
+                    "master_seed": int(attrs["master_seed"]),
+                    "baselines_hash": str(attrs.get("baselines_hash", "")),
+                    "registry_hash": str(attrs.get("registry_hash", "")),
+                },
+                "selection": {
+                    "subset": subset,
+                    "seed": seed,
+                    "simulators": list(simulators or ()),
+                    "futures": list(futures or ()),
+                },
+                "n_tasks": len(ids),
+                "task_ids_sha256": task_ids_sha256(ids),
+                "written": written,
+                "files": _file_hashes(tmp),
+            }
+            text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
+            manifest_tmp = tmp / f".{MANIFEST}.tmp"
+            with open(manifest_tmp, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(manifest_tmp, tmp / MANIFEST)
+            if out.exists():
+                os.replace(out, old)
+                os.replace(tmp, out)
+                _remove(old)
+            else:
+                os.replace(tmp, out)
+        except OSError as exc:
+            raise OutputError(_describe(exc, out)) from None
+        finally:
+            if tmp.exists():
+                _remove(tmp)
+            if old.exists() and out.exists():
+                _remove(old)
+            elif old.exists():  # the new one could not be renamed in: put the old one back
+                with contextlib.suppress(OSError):
+                    os.replace(old, out)
+    return out

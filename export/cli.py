@@ -1,0 +1,69 @@
+"""``whatif export``: write selected corpus tasks as Parquet (Hugging Face), fev or LLM prompts."""
+
+from __future__ import annotations
+
+from whatif_bench.cli_types import seed_int
+from whatif_bench.export.formats import MODULES
+
+
+def add_arguments(subparsers) -> None:
+    from whatif_bench.evaluation.cli import fraction
+    from whatif_bench.generator.axes import FUTURES
+
+    parser = subparsers.add_parser(
+        "export", help="export corpus tasks as Parquet (Hugging Face), fev or LLM prompts"
+    )
+    parser.add_argument("corpus", help="corpus file (from whatif generate)")
+    parser.add_argument(
+        "--format", required=True, choices=list(MODULES), help="output format (required)"
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="folder to write; finished only once it holds manifest.json (required)",
+    )
+    parser.add_argument(
+        "--subset",
+        type=fraction,
+        help="stratified fraction of the tasks, in (0, 1] (default: all tasks)",
+    )
+    parser.add_argument(
+        "--seed", type=seed_int, default=0, help="seed of the --subset draw (default: 0)"
+    )
+    parser.add_argument(
+        "--simulators", nargs="+", default=[], metavar="SIM", help="only these (default: all)"
+    )
+    parser.add_argument(
+        "--futures",
+        nargs="+",
+        default=[],
+        choices=list(FUTURES),
+        help="only these future types (default: both)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing export at --out, once the new one is complete (default: off)",
+    )
+    parser.set_defaults(handler=_export)
+
+
+def _export(args) -> int:
+    import sys
+
+    from whatif_bench.export.api import export_corpus
+
+    args.interrupt_note = f"no export was written; {args.out} is unchanged"
+    out = export_corpus(
+        args.corpus,
+        args.format,
+        args.out,
+        subset=args.subset,
+        seed=args.seed,
+        simulators=args.simulators,
+        futures=args.futures,
+        overwrite=args.overwrite,
+        progress=sys.stderr.isatty(),
+    )
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,414 @@
+"""``whatif export`` / ``export_corpus``: the parquet format read back by Hugging Face
+``datasets`` bit for bit, the atomic folder and manifest, determinism, and bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_whatif
+from whatif_bench import __version__
+from whatif_bench.cli import main
+from whatif_bench.errors import WhatIfError
+from whatif_bench.export import ExportError, export_corpus
+from whatif_bench.export import api as export_api
+from whatif_bench.export import parquet as pq_format
+from whatif_bench.generator import Corpus, GenerationConfig, generate
+from whatif_bench.simulators import shipped_baselines_path
+
+TARGETS = ("sumo/flow_loop_e_0_near", "epanet/pressure_10")
+
+ARRAYS = (
+    "history_target",
+    "history_covariates",
+    "future_covariates",
+    "future_target",
+    "counterfactual_future",
+)
+
+
+@pytest.fixture(scope="module")
+def corpus_path(tmp_path_factory):
+    config = GenerationConfig(
+        baselines=str(shipped_baselines_path()),
+        out=str(tmp_path_factory.mktemp("corpus") / "c.h5"),
+        targets=TARGETS,
+        seed=0,
+        jobs=1,
+    )
+    return generate(config, progress=False)
+
+
+@pytest.fixture(scope="module")
+def exported(corpus_path, tmp_path_factory):
+    """The whole small corpus, exported with small batches and files so both split."""
+    patch = pytest.MonkeyPatch()
+    patch.setattr(export_api, "BATCH_TASKS", 100)
+    patch.setattr(pq_format, "ROWS_PER_FILE", 250)
+    try:
+        out = export_corpus(
+            corpus_path, "parquet", tmp_path_factory.mktemp("exp") / "hf", progress=False
+        )
+    finally:
+        patch.undo()
+    return out
+
+
+def _bits(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32).view(np.uint32)
+
+
+def _assert_rows_equal(rows, corpus_path):
+    with Corpus(corpus_path) as corpus:
+        ids = corpus.task_ids()
+        assert list(rows["task_id"]) == ids
+        for i, task_id in enumerate(ids):
+            task = corpus[task_id]
+            row = rows[i]
+            for name in ARRAYS:
+                expected = getattr(task, name)
+                got = np.asarray(row[name], dtype=np.float32)
+                assert got.shape == expected.shape, (task_id, name)
+                assert np.array_equal(_bits(got), _bits(expected)), (task_id, name)
+            assert row["covariates"] == list(task.covariates)
+            assert row["target_unit"] == task.units[task.target]
+            assert row["k"] == task.k and row["c_label"] == task.c_label
+            assert row["context_length"] == task.context_length
+            assert row["prediction_length"] == task.prediction_length
+            assert row["interval_s"] == task.interval_s
+            assert row["start"] == task.timestamps()[0].to_pydatetime().replace(tzinfo=None)
+            assert row["pair_id"] + "/" + row["future"] == task_id
+            assert json.loads(row["recipe"]) == json.loads(json.dumps(task.recipe))
+
+
+def test_load_dataset_parquet_reads_every_array_bit_for_bit(exported, corpus_path):
+    from datasets import load_dataset
+
+    files = sorted(str(p) for p in (exported / "data").glob("*.parquet"))
+    assert len(files) > 1  # split into several files, one row group per batch of 100
+    import pyarrow.parquet as pq
+
+    groups = [pq.ParquetFile(files[0]).metadata.row_group(i).num_rows for i in range(3)]
+    assert groups == [100, 100, 50]
+    assert pq.ParquetFile(files[0]).metadata.row_group(0).column(15).compression == "ZSTD"
+    ds = load_dataset("parquet", data_files=files, split="train")
+    _assert_rows_equal(ds, corpus_path)
+
+
+def test_dataset_from_parquet_reads_the_same(exported, corpus_path):
+    from datasets import Dataset
+
+    files = sorted(str(p) for p in (exported / "data").glob("*.parquet"))
+    ds = Dataset.from_parquet(files)
+    _assert_rows_equal(ds, corpus_path)
+
+
+def test_card_config_and_features_load_offline(exported, monkeypatch):
+    import pyarrow.parquet as pq
+    from datasets import Features, load_dataset
+    from datasets.info import DatasetInfo
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    ds = load_dataset(str(exported))  # the card's config: split "test", declared features
+    assert list(ds) == ["test"]
+    card = (exported / "README.md").read_text()
+    import yaml
+
+    header = yaml.safe_load(card.split("---\n")[1])
+    declared = DatasetInfo._from_yaml_dict(header["dataset_info"]).features
+    first = sorted((exported / "data").glob("*.parquet"))[0]
+    assert declared == Features.from_arrow_schema(pq.read_schema(first))
+    assert ds["test"].features == declared
+    assert ds["test"].num_rows == header["dataset_info"]["splits"][0]["num_examples"]
+
+
+def test_card_body_has_axes_counts_provenance_and_sources(exported, corpus_path):
+    card = (exported / "README.md").read_text()
+    with Corpus(corpus_path) as corpus:
+        attrs = corpus.attrs
+        frame = corpus.tasks_frame()
+    assert attrs["baselines_hash"] in card and attrs["registry_hash"] in card
+    for sim in ("sumo", "epanet"):
+        n = (frame["simulator"] == sim).sum() // 2
+        assert f"| {sim} | {n} | {n} | 1 |" in card  # novel, replay, targets
+    assert "EPANET 2.2" in card and "Eclipse SUMO" in card and "EPL-2.0" in card
+    assert "| K (covariates) |" in card and "| E (events in history) |" in card
+
+
+def test_manifest_is_written_last_and_describes_the_export(exported, corpus_path):
+    manifest = json.loads((exported / "manifest.json").read_text())
+    with Corpus(corpus_path) as corpus:
+        ids = corpus.task_ids()
+        attrs = corpus.attrs
+    assert manifest["toolkit_version"] == __version__ and manifest["format"] == "parquet"
+    assert manifest["corpus"]["path"] == str(Path(corpus_path).resolve())
+    assert manifest["corpus"]["master_seed"] == 0
+    assert manifest["corpus"]["baselines_hash"] == attrs["baselines_hash"]
+    assert manifest["corpus"]["registry_hash"] == attrs["registry_hash"]
+    assert manifest["selection"] == {"subset": None, "seed": 0, "simulators": [], "futures": []}
+    assert manifest["n_tasks"] == len(ids) == manifest["written"]["rows"]
+    expected = hashlib.sha256("".join(f"{i}\n" for i in ids).encode()).hexdigest()
+    assert manifest["task_ids_sha256"] == expected
+    on_disk = sorted(p.relative_to(exported).as_posix() for p in exported.rglob("*") if p.is_file())
+    assert sorted(manifest["files"]) == [f for f in on_disk if f != "manifest.json"]
+    for name, entry in manifest["files"].items():
+        data = (exported / name).read_bytes()
+        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert [f["path"] for f in manifest["written"]["data_files"]] == sorted(
+        f for f in manifest["files"] if f.startswith("data/")
+    )
+    assert not list(exported.parent.glob(".hf.partial-*"))
+
+
+def test_same_input_gives_byte_identical_files(corpus_path, tmp_path):
+    outs = [
+        export_corpus(corpus_path, "parquet", tmp_path / name, subset=0.3, seed=7, progress=False)
+        for name in ("a", "b")
+    ]
+    files = [sorted(p.relative_to(o) for p in o.rglob("*") if p.is_file()) for o in outs]
+    assert files[0] == files[1] and len(files[0]) >= 3
+    for rel in files[0]:
+        assert (outs[0] / rel).read_bytes() == (outs[1] / rel).read_bytes(), rel
+
+
+def test_selection_options(corpus_path, tmp_path):
+    from datasets import Dataset
+
+    out = export_corpus(
+        corpus_path,
+        "parquet",
+        tmp_path / "sel",
+        subset=0.1,
+        seed=3,
+        simulators=["sumo"],
+        futures=["novel"],
+        progress=False,
+    )
+    ds = Dataset.from_parquet(str(out / "data" / "tasks-00000.parquet"))
+    assert set(ds["simulator"]) == {"sumo"} and set(ds["future"]) == {"novel"}
+    from whatif_bench.evaluation.runner import select_tasks
+
+    with Corpus(corpus_path) as corpus:
+        frame = corpus.filter(simulator="sumo", future="novel").tasks_frame()
+    # one target per simulator here: every stratum holds one task, so ceil(0.1 x 1) keeps it
+    assert ds["task_id"] == select_tasks(frame, 0.1, 3)["task_id"].tolist()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["selection"] == {
+        "subset": 0.1,
+        "seed": 3,
+        "simulators": ["sumo"],
+        "futures": ["novel"],
+    }
+
+
+def test_existing_out_is_refused_and_overwrite_replaces_it_when_done(corpus_path, tmp_path):
+    out = export_corpus(corpus_path, "parquet", tmp_path / "o", subset=0.05, progress=False)
+    before = (out / "manifest.json").read_bytes()
+    with pytest.raises(WhatIfError, match="already exists; pass --overwrite to replace it"):
+        export_corpus(corpus_path, "parquet", out, subset=0.1, progress=False)
+    assert (out / "manifest.json").read_bytes() == before
+    export_corpus(corpus_path, "parquet", out, subset=0.1, overwrite=True, progress=False)
+    assert json.loads((out / "manifest.json").read_text())["selection"]["subset"] == 0.1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock", "o"]
+
+
+def test_overwrite_never_replaces_a_folder_that_is_not_an_export(corpus_path, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("precious")
+    with pytest.raises(WhatIfError, match="not a whatif export"):
+        export_corpus(corpus_path, "parquet", mine, overwrite=True, progress=False)
+    assert (mine / "thesis.tex").read_text() == "precious"
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_a_failure_or_ctrl_c_leaves_the_old_export_and_no_temporary_folder(
+    corpus_path, tmp_path, monkeypatch, error
+):
+    out = export_corpus(corpus_path, "parquet", tmp_path / "o", subset=0.05, progress=False)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    calls = []
+
+    def failing(tasks):
+        calls.append(1)
+        if len(calls) == 2:
+            raise error
+        return original(tasks)
+
+    original = pq_format.table
+    monkeypatch.setattr(pq_format, "table", failing)
+    monkeypatch.setattr(export_api, "BATCH_TASKS", 10)
+    with pytest.raises(type(error)):
+        export_corpus(corpus_path, "parquet", out, overwrite=True, progress=False)
+    assert len(calls) == 2
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock", "o"]
+
+
+def test_a_stale_temporary_folder_of_a_killed_run_is_removed(corpus_path, tmp_path):
+    stale = tmp_path / ".o.partial-999999"
+    (stale / "data").mkdir(parents=True)
+    export_corpus(corpus_path, "parquet", tmp_path / "o", subset=0.05, progress=False)
+    assert not stale.exists()
+
+
+def test_empty_selection_is_one_clear_error(corpus_path, tmp_path):
+    with Corpus(corpus_path) as corpus:
+        with pytest.raises(ExportError, match="no tasks selected from .*nothing to export"):
+            export_corpus(corpus.filter(K=99), "parquet", tmp_path / "e", progress=False)
+    assert not (tmp_path / "e").exists()
+
+
+# ---- the command line -------------------------------------------------------------------
+def _clean_error(result, message: str) -> None:
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == f"error: {message}"
+    assert "Traceback" not in result.stderr and "unexpected" not in result.stderr
+
+
+def test_cli_writes_an_export(corpus_path, tmp_path):
+    out = tmp_path / "cli"
+    result = run_whatif(
+        "export", str(corpus_path), "--format", "parquet", "--out", str(out),
+        "--subset", "0.05", "--simulators", "epanet", "--futures", "replay",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"wrote {out}"
+    assert (out / "manifest.json").is_file() and (out / "README.md").is_file()
+
+
+def test_cli_bad_input_is_one_clear_error(corpus_path, tmp_path):
+    out = str(tmp_path / "x")
+    result = run_whatif("export", str(corpus_path), "--format", "csv", "--out", out)
+    assert result.returncode == 2 and "invalid choice: 'csv'" in result.stderr
+    missing = tmp_path / "missing.h5"
+    _clean_error(
+        run_whatif("export", str(missing), "--format", "parquet", "--out", out),
+        f"{missing}: no such corpus file",
+    )
+    text = tmp_path / "notes.h5"
+    text.write_text("not hdf5")
+    result = run_whatif("export", str(text), "--format", "parquet", "--out", out)
+    assert result.returncode == 1 and result.stderr.startswith(f"error: {text}: not a readable")
+    assert "Traceback" not in result.stderr and "unexpected" not in result.stderr
+    under = tmp_path / "afile"
+    under.write_text("")
+    _clean_error(
+        run_whatif("export", str(corpus_path), "--format", "parquet", "--out", str(under / "sub")),
+        f"{under / 'sub'}: {under} is a file, not a folder",
+    )
+    _clean_error(
+        run_whatif("export", str(corpus_path), "--format", "parquet", "--out", str(under)),
+        f"{under}: exists and is not a folder",
+    )
+    _clean_error(
+        run_whatif(
+            "export",
+            str(corpus_path),
+            "--format",
+            "parquet",
+            "--out",
+            out,
+            "--simulators",
+            "opendc",
+        ),  # fmt: skip
+        "simulator(s) ['opendc'] are not in this corpus; it has ['epanet', 'sumo']",
+    )
+    result = run_whatif(
+        "export", str(corpus_path), "--format", "parquet", "--out", out, "--subset", "0"
+    )
+    assert result.returncode == 2 and "must be a fraction in (0, 1]" in result.stderr
+    assert not os.path.exists(out)
+
+
+def test_cli_ctrl_c_says_nothing_was_written(corpus_path, tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_api, "export_corpus", interrupted)
+    out = tmp_path / "o"
+    code = main(["export", str(corpus_path), "--format", "parquet", "--out", str(out)])
+    assert code == 130
+    assert capsys.readouterr().err.strip() == (
+        f"interrupted; no export was written; {out} is unchanged"
+    )
+
+
+def test_cli_help_states_the_defaults():
+    result = run_whatif("export", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    for phrase in ("{parquet,fev,llm}", "default: all tasks", "default: 0", "default: off"):
+        assert phrase in text
+
+
+def test_a_second_concurrent_export_fails_at_once(corpus_path, tmp_path):
+    from whatif_bench.outputs import output_lock
+
+    out = tmp_path / "o"
+    with output_lock(out):  # another run holds the output
+        with pytest.raises(WhatIfError, match="another whatif run is writing this output"):
+            export_corpus(corpus_path, "parquet", out, progress=False)
+    assert not out.exists()
+
+
+def test_out_equal_to_the_corpus_is_refused(corpus_path):
+    with pytest.raises(WhatIfError, match="exists and is not a folder"):
+        export_corpus(corpus_path, "parquet", corpus_path, progress=False)
+    assert Corpus(corpus_path).close() is None  # still a readable corpus
+
+
+def test_dot_root_and_symlink_outs_are_clear_errors(corpus_path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(WhatIfError, match=f"^{tmp_path}: already exists; pass --overwrite"):
+        export_corpus(corpus_path, "parquet", ".", progress=False)
+    with pytest.raises(WhatIfError, match=f"^{tmp_path}: not a whatif export"):
+        export_corpus(corpus_path, "parquet", ".", overwrite=True, progress=False)
+    with pytest.raises(WhatIfError, match="^/: cannot export to the root folder"):
+        export_corpus(corpus_path, "parquet", "/", overwrite=True, progress=False)
+    real = export_corpus(corpus_path, "parquet", tmp_path / "real", subset=0.05, progress=False)
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(WhatIfError, match="link: is a symbolic link; give the folder itself"):
+        export_corpus(corpus_path, "parquet", "link", overwrite=True, progress=False)
+    assert (tmp_path / "notes.txt").read_text() == "mine" and (real / "manifest.json").is_file()
+
+
+def test_ctrl_c_of_the_real_command_removes_the_temporary_folder(corpus_path, tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import whatif_executable
+
+    out = tmp_path / "o"
+    process = subprocess.Popen(
+        [
+            *whatif_executable(),
+            "export",
+            str(corpus_path),
+            "--format",
+            "parquet",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".o.partial-*")) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.002)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert err.strip().splitlines()[-1] == f"interrupted; no export was written; {out} is unchanged"
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock"]

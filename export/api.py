@@ -9,6 +9,7 @@ existing ``out`` is replaced (``overwrite=True``) only once the new export is co
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -162,17 +163,23 @@ def export_corpus(
     futures: Sequence[str] = (),
     overwrite: bool = False,
     progress: bool = True,
+    per_task: bool = False,
 ) -> Path:
     """Export the selected tasks of ``corpus`` (a path or an open ``Corpus``) in ``format``
     (``parquet``, ``fev`` or ``llm``) to the folder ``out``; returns ``out``.
 
     ``subset`` is a stratified fraction of the tasks drawn with ``seed`` (as ``whatif
     evaluate --subset``); ``simulators`` and ``futures`` restrict the tasks (empty: all).
-    The same corpus and options always give byte-identical files.
+    The same corpus and options always give byte-identical files. ``per_task`` (fev only) also
+    writes one fev Task per task, whose fev scores equal ``whatif evaluate``'s.
     """
     from whatif_bench.generator.corpus import Corpus
 
     write = formats.writer(format)
+    if per_task:
+        if format != "fev":
+            raise ExportError(f"per-task fev tasks apply to --format fev only, not {format!r}")
+        write = functools.partial(write, per_task=True)
     with contextlib.ExitStack() as stack:
         if not isinstance(corpus, Corpus):
             check_output_path(out, inputs=[corpus], folder=True)
@@ -211,6 +218,7 @@ def _export(corpus, write, format, out, subset, seed, simulators, futures, overw
                     "baselines_hash": str(attrs.get("baselines_hash", "")),
                     "registry_hash": str(attrs.get("registry_hash", "")),
                 },
+                "options": dict(getattr(write, "keywords", {})),
                 "selection": {
                     "subset": subset,
                     "seed": seed,

@@ -45,6 +45,12 @@ def add_arguments(subparsers) -> None:
         action="store_true",
         help="replace an existing export at --out, once the new one is complete (default: off)",
     )
+    parser.add_argument(
+        "--per-task",
+        action="store_true",
+        help="fev only: also write one fev Task per task, whose fev scores equal whatif "
+        "evaluate's (fev pools a Task's series otherwise; default: off)",
+    )
     parser.set_defaults(handler=_export)
 
 
@@ -64,6 +70,7 @@ def _export(args) -> int:
         futures=args.futures,
         overwrite=args.overwrite,
         progress=sys.stderr.isatty(),
+        per_task=args.per_task,
     )
     print(f"wrote {out}")
     return 0

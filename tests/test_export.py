@@ -412,3 +412,40 @@ def test_ctrl_c_of_the_real_command_removes_the_temporary_folder(corpus_path, tm
     assert err.strip().splitlines()[-1] == f"interrupted; no export was written; {out} is unchanged"
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock"]
+
+
+@pytest.mark.parametrize(
+    ("format_", "options", "files"),
+    [
+        ("fev", [], ["tasks.yaml"]),
+        ("fev", ["--per-task"], ["tasks.yaml", "tasks_per_task.yaml"]),
+        ("llm", [], ["key.jsonl"]),
+    ],
+)
+def test_every_format_runs_through_the_command(
+    tmp_path, capsys, corpus_path, format_, options, files
+):
+    out = tmp_path / "export"
+    argv = ["export", str(corpus_path), "--format", format_, "--out", str(out)]
+    code = main([*argv, "--subset", "0.05", *options])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format"] == format_
+    assert manifest["options"] == ({"per_task": True} if options else {})
+    assert manifest["n_tasks"] == manifest["written"]["tasks"] > 0
+    for name in files:
+        assert (out / name).is_file()
+    assert sorted(manifest["files"]) == sorted(
+        str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != "manifest.json"
+    )
+
+
+def test_per_task_is_for_fev_only(tmp_path, capsys, corpus_path):
+    out = tmp_path / "export"
+    code = main(["export", str(corpus_path), "--format", "llm", "--out", str(out), "--per-task"])
+    assert code == 1
+    assert capsys.readouterr().err == (
+        "error: per-task fev tasks apply to --format fev only, not 'llm'\n"
+    )
+    assert not out.exists()

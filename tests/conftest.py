@@ -34,3 +34,19 @@ def run_whatif(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*whatif_executable(), *args], capture_output=True, text=True, check=check, timeout=300
     )
+
+
+def small_corpus(folder, targets: tuple[str, ...], seed: int = 0):
+    """Generate a corpus of ``targets`` from the shipped baselines into ``folder/c.h5`` (one
+    process); returns its path."""
+    from whatif_bench.generator import GenerationConfig, generate
+    from whatif_bench.simulators import shipped_baselines_path
+
+    config = GenerationConfig(
+        baselines=str(shipped_baselines_path()),
+        out=str(folder / "c.h5"),
+        targets=targets,
+        seed=seed,
+        jobs=1,
+    )
+    return generate(config, progress=False)

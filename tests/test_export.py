@@ -11,15 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_whatif, small_corpus
 from whatif_bench import __version__
 from whatif_bench.cli import main
 from whatif_bench.errors import WhatIfError
 from whatif_bench.export import ExportError, export_corpus
 from whatif_bench.export import api as export_api
 from whatif_bench.export import parquet as pq_format
-from whatif_bench.generator import Corpus, GenerationConfig, generate
-from whatif_bench.simulators import shipped_baselines_path
+from whatif_bench.generator import Corpus
 
 TARGETS = ("sumo/flow_loop_e_0_near", "epanet/pressure_10")
 
@@ -34,14 +33,7 @@ ARRAYS = (
 
 @pytest.fixture(scope="module")
 def corpus_path(tmp_path_factory):
-    config = GenerationConfig(
-        baselines=str(shipped_baselines_path()),
-        out=str(tmp_path_factory.mktemp("corpus") / "c.h5"),
-        targets=TARGETS,
-        seed=0,
-        jobs=1,
-    )
-    return generate(config, progress=False)
+    return small_corpus(tmp_path_factory.mktemp("corpus"), TARGETS)
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
+from tests.conftest import small_corpus  # noqa: E402
 from whatif_bench.evaluation import evaluate  # noqa: E402
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, wape, wql  # noqa: E402
 from whatif_bench.export import fev as fev_export  # noqa: E402
-from whatif_bench.generator import Corpus, GenerationConfig, generate  # noqa: E402
-from whatif_bench.simulators import shipped_baselines_path  # noqa: E402
+from whatif_bench.generator import Corpus  # noqa: E402
 
 fev = pytest.importorskip("fev")
 
@@ -29,14 +29,7 @@ PER_GROUP = 2  # tasks per (C, K) group in the small selection scored one fev Ta
 
 @pytest.fixture(scope="module")
 def corpus_path(tmp_path_factory):
-    config = GenerationConfig(
-        baselines=str(shipped_baselines_path()),
-        out=str(tmp_path_factory.mktemp("corpus") / "c.h5"),
-        targets=TARGETS,
-        seed=0,
-        jobs=1,
-    )
-    return generate(config, progress=False)
+    return small_corpus(tmp_path_factory.mktemp("corpus"), TARGETS)
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import small_corpus
 from whatif_bench.cli import main
-from whatif_bench.generator import Corpus, GenerationConfig, generate
+from whatif_bench.generator import Corpus
 from whatif_bench.relationships.registry import builtin_spec_texts
 from whatif_bench.simulators.base import Baselines
-from whatif_bench.simulators.store import read_baselines, shipped_baselines_path, write_baselines
+from whatif_bench.simulators.store import read_baselines, write_baselines
 
 FUZZ = settings(
     max_examples=40,
@@ -176,11 +177,7 @@ def test_baselines_file_with_flipped_bytes_is_exact_or_refused(
 # ---- corpus mutations --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("corpus") / "c.h5"
-    config = GenerationConfig(
-        baselines=str(shipped_baselines_path()), out=str(out), targets=TARGETS, jobs=1
-    )
-    return generate(config, progress=False)
+    return small_corpus(tmp_path_factory.mktemp("corpus"), TARGETS)
 
 
 def corpus_content(path: Path) -> list:

@@ -64,6 +64,19 @@ def test_good_spec_loads(tmp_path):
     assert registry.get("toy", "t").covariates[1].weight == 0.2  # the covariate's own weight
 
 
+def _assert_edit_is_reported(tmp_path, old, new, message):
+    """Replace ``old`` by ``new`` in GOOD: it loads when ``message`` is None, else the SpecError
+    matches ``message`` and names the file."""
+    assert old in GOOD
+    text = GOOD.replace(old, new, 1)
+    if message is None:
+        _load(tmp_path, text)
+        return
+    with pytest.raises(SpecError, match=message) as error:
+        _load(tmp_path, text)
+    assert str(tmp_path / "toy.toml") in str(error.value)
+
+
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
@@ -141,14 +154,7 @@ def test_good_spec_loads(tmp_path):
     ],
 )
 def test_malformed_spec_names_file_entry_and_field(tmp_path, old, new, message):
-    assert old in GOOD
-    text = GOOD.replace(old, new, 1)
-    if message is None:
-        _load(tmp_path, text)
-        return
-    with pytest.raises(SpecError, match=message) as error:
-        _load(tmp_path, text)
-    assert str(tmp_path / "toy.toml") in str(error.value)
+    _assert_edit_is_reported(tmp_path, old, new, message)
 
 
 def test_invalid_toml_is_reported_with_the_file(tmp_path):
@@ -256,14 +262,7 @@ BIG = "9" * 400
     ],
 )
 def test_bad_names_and_numbers_name_file_entry_and_field(tmp_path, old, new, message):
-    assert old in GOOD
-    text = GOOD.replace(old, new, 1)
-    if message is None:
-        _load(tmp_path, text)
-        return
-    with pytest.raises(SpecError, match=message) as error:
-        _load(tmp_path, text)
-    assert str(tmp_path / "toy.toml") in str(error.value)
+    _assert_edit_is_reported(tmp_path, old, new, message)
 
 
 def _fifo(path):

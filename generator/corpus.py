@@ -55,6 +55,26 @@ REQUIRED = {
 _TEMPORARY_NAME = re.compile(r"\..+\.partial(-\d+)?")
 
 
+def recipe_record(recipe: Recipe, future: str, shapes: list[str], base_values: list[float]) -> dict:
+    """A task's recipe as plain JSON-able values (``Task.recipe``).
+
+    ``shapes`` and ``base_values`` are those of the task's K covariates, in order.
+    """
+    return {
+        "window_start": recipe.window_start,
+        "event_starts": list(recipe.layout.starts),
+        "event_length": recipe.layout.event_length,
+        "directions": recipe.directions.tolist(),
+        "factors": recipe.factors.tolist(),
+        "replay_source": recipe.replay_source,
+        "future_factors": (
+            recipe.replay_factors if future == "replay" else recipe.novel_factors
+        ).tolist(),
+        "shapes": list(shapes),
+        "base_values": list(base_values),
+    }
+
+
 class CorpusError(WhatIfError):
     """A corpus file is missing, incomplete, of another format, or damaged."""
 
@@ -83,6 +103,7 @@ class Task:
     counterfactual_history: np.ndarray  # (C,) the target without any event
     counterfactual_future: np.ndarray  # (H,)
     recipe: dict = field(repr=False)
+    world: str = "benchmark"  # the baselines the window was cut from (see whatif_bench.stream)
 
     @property
     def context_length(self) -> int:
@@ -402,19 +423,12 @@ class Corpus:
             future_target=futures[index * prediction : (index + 1) * prediction],
             counterfactual_history=window[:context],
             counterfactual_future=window[context:],
-            recipe={
-                "window_start": start,
-                "event_starts": list(recipe.layout.starts),
-                "event_length": recipe.layout.event_length,
-                "directions": recipe.directions.tolist(),
-                "factors": recipe.factors.tolist(),
-                "replay_source": recipe.replay_source,
-                "future_factors": (
-                    recipe.replay_factors if future == "replay" else recipe.novel_factors
-                ).tolist(),
-                "shapes": [summary["shape"][c] for c in covariates],
-                "base_values": [summary["base_value"][c] for c in covariates],
-            },
+            recipe=recipe_record(
+                recipe,
+                future,
+                [summary["shape"][c] for c in covariates],
+                [summary["base_value"][c] for c in covariates],
+            ),
         )
 
     def recipe(self, row) -> Recipe:

@@ -7,6 +7,7 @@ source event, then the Novel factors.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,8 +52,14 @@ class Recipe:
         return len(self.layout.starts)
 
 
-def _history_factors(rng: np.random.Generator, relationship: Relationship, k: int, n_events: int):
-    pool = np.asarray(relationship.history_pool)
+def _history_factors(
+    rng: np.random.Generator,
+    relationship: Relationship,
+    k: int,
+    n_events: int,
+    history_pool: tuple[float, ...] | None = None,
+):
+    pool = np.asarray(relationship.history_pool if history_pool is None else history_pool)
     above, below = pool[pool > 1.0], pool[pool < 1.0]
     signs = [c.sign for c in relationship.covariates[:k]]
     directions = np.empty(n_events, dtype=np.int8)
@@ -85,7 +92,28 @@ def draw_recipe(
     baseline_length: int,
     master_seed: int,
 ) -> Recipe:
-    """Draw one pair's recipe from its own random stream."""
+    """Draw one pair's recipe from its own random stream (keyed by the pair id)."""
+    return draw_recipe_from(
+        pair_rng(master_seed, key.pair_id), key, relationship, context, prediction, baseline_length
+    )
+
+
+def draw_recipe_from(
+    rng: np.random.Generator,
+    key: PairKey,
+    relationship: Relationship,
+    context: int,
+    prediction: int,
+    baseline_length: int,
+    history_pool: tuple[float, ...] | None = None,
+    window_range: tuple[float, float] = (0.0, 1.0),
+) -> Recipe:
+    """Draw one pair's recipe from ``rng`` (the benchmark's order of draws).
+
+    The training stream's options: ``history_pool`` replaces the relationship's pool of
+    history factors (``None`` keeps it); ``window_range`` limits the window start to a
+    ``(low, high)`` fraction of the feasible starts (the default, all of them, is the benchmark).
+    """
     history = layout(context, prediction, key.event_length, key.e_setting)
     latest_start = baseline_length - history.window
     if latest_start < 0:
@@ -95,9 +123,12 @@ def draw_recipe(
             f"{key.pair_id}: a window of {history.window} steps does not fit the "
             f"{baseline_length}-step baseline"
         )
-    rng = pair_rng(master_seed, key.pair_id)
-    window_start = int(rng.integers(latest_start + 1))
-    directions, factors = _history_factors(rng, relationship, key.k, len(history.starts))
+    lowest = math.floor(window_range[0] * latest_start)
+    highest = math.floor(window_range[1] * latest_start)
+    window_start = lowest + int(rng.integers(highest - lowest + 1))
+    directions, factors = _history_factors(
+        rng, relationship, key.k, len(history.starts), history_pool
+    )
     replay_source = int(rng.integers(len(history.starts)))
     novel = _novel_factors(rng, relationship, factors)
     return Recipe(

@@ -1,0 +1,71 @@
+"""Where the training stream cuts its windows from: training worlds, and (if asked) the benchmark.
+
+A *world* is one real simulator run on one base setting. The benchmark's worlds are the shipped
+baselines; training worlds are runs on other settings (``whatif_bench.simulators.worlds``) that
+the benchmark never uses, built once and cached on disk. Every world of a simulator has the same
+targets, units and covariate base values, so the registry's relationships apply to all of them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from whatif_bench.errors import WhatIfError
+from whatif_bench.simulators.base import Baselines
+
+
+class SourceError(WhatIfError):
+    """No world can serve the stream's selection."""
+
+
+@dataclass(frozen=True)
+class WorldSource:
+    """One world the stream draws from.
+
+    ``name`` is ``<simulator>-benchmark`` for a shipped baseline, else the training world's name.
+    """
+
+    name: str
+    simulator: str
+    baselines: Baselines
+    benchmark: bool
+
+
+def benchmark_sources(
+    simulators: Iterable[str] | None = None, path: str | os.PathLike | None = None
+) -> list[WorldSource]:
+    """The benchmark's worlds: one per simulator of the shipped (or given) baselines file."""
+    from whatif_bench.simulators.store import read_baselines, shipped_baselines_path
+
+    stored = read_baselines(path or shipped_baselines_path())
+    wanted = None if simulators is None else set(simulators)
+    return [
+        WorldSource(f"{name}-benchmark", name, baselines, benchmark=True)
+        for name, baselines in sorted(stored.items())
+        if wanted is None or name in wanted
+    ]
+
+
+def training_sources(
+    simulators: Iterable[str] | None = None,
+    cache: str | os.PathLike | None = None,
+    worlds: Iterable[str] | None = None,
+) -> list[WorldSource]:
+    """The training worlds of the selected simulators, run once and then read from ``cache``."""
+    from whatif_bench.simulators.worlds import WorldCache, training_worlds
+
+    settings = training_worlds(None if simulators is None else list(simulators))
+    if worlds is not None:
+        wanted = list(worlds)
+        known = {s.name for s in settings}
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            raise SourceError(f"unknown training worlds {unknown}; known: {sorted(known)}")
+        settings = [s for s in settings if s.name in wanted]
+    store = WorldCache(cache)
+    return [
+        WorldSource(setting.name, setting.simulator, store.get(setting), benchmark=False)
+        for setting in settings
+    ]

@@ -39,7 +39,7 @@ def main() -> None:
         started = time.perf_counter()
         tasks = [corpus[task_id] for task_id in sample["task_id"]]
         read = (time.perf_counter() - started) / len(tasks)
-    inputs = [TaskInput(t.history_target, t.history_covariates, t.future_covariates) for t in tasks]
+    inputs = [TaskInput.from_task(t) for t in tasks]
     mean_context = np.mean([t.context_length for t in tasks])
     print(
         f"{len(tasks)} tasks (mean context {mean_context:,.0f} steps); reading {read * 1e3:.2f} ms/task"

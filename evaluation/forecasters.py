@@ -32,15 +32,41 @@ class ModelError(WhatIfError, ValueError):
 
 @dataclass(frozen=True)
 class TaskInput:
-    """What a model may see: the history and the future covariates (the what-if scenario)."""
+    """What a model may see: the history and the future covariates (the what-if scenario), and
+    when they happen: ``start`` is the time of the first history step (the task's own date, as
+    ``Task.timestamps()[0]``) and ``interval_s`` the step in seconds; both ``None`` when unknown."""
 
     history_target: np.ndarray  # (C,)
     history_covariates: np.ndarray  # (K, C)
     future_covariates: np.ndarray  # (K, H)
+    start: np.datetime64 | None = None  # first history step, datetime64[s]
+    interval_s: int | None = None
+
+    @classmethod
+    def from_task(cls, task) -> TaskInput:
+        """A corpus ``Task`` as a model sees it: no future target, no counterfactual; the start
+        as a UTC-naive datetime64 (a start with a time zone is converted to UTC)."""
+        first = task.start
+        if first.tzinfo is not None:
+            first = first.tz_convert("UTC").tz_localize(None)
+        return cls(
+            task.history_target,
+            task.history_covariates,
+            task.future_covariates,
+            start=np.datetime64(first.to_datetime64(), "s"),
+            interval_s=int(task.interval_s),
+        )
 
     @property
     def prediction_length(self) -> int:
         return int(self.future_covariates.shape[1])
+
+    def timestamps(self) -> np.ndarray:
+        """datetime64[s] of every step, history then future, shape (C + H,)."""
+        if self.start is None or self.interval_s is None:
+            raise ValueError("this task input has no start or interval")
+        steps = np.arange(self.history_target.size + self.prediction_length, dtype=np.int64)
+        return np.datetime64(self.start, "s") + steps * np.timedelta64(self.interval_s, "s")
 
 
 @dataclass(frozen=True)

@@ -197,7 +197,7 @@ def _score_chunk(
 
     with Corpus(corpus_path) as corpus:
         tasks = [corpus[task_id] for task_id in task_ids]
-    inputs = [TaskInput(t.history_target, t.history_covariates, t.future_covariates) for t in tasks]
+    inputs = [TaskInput.from_task(t) for t in tasks]
     frames = []
     for model in models:
         forecaster = make_forecaster(model) if isinstance(model, str) else model

@@ -3,8 +3,8 @@
 An LLM answers a task with one block per target, tagged with the target's dummy id::
 
     <target_1>
-    (2000-01-01T00:00:00, 12.5)
-    (2000-01-01T00:05:00, 12.75)
+    (2024-02-05T00:00:00, 12.5)
+    (2024-02-05T00:05:00, 12.75)
     </target_1>
 
 ``parse_response`` turns such an answer into arrays (or a reason why it cannot), never raising;

@@ -326,7 +326,7 @@ tasks = load_dataset("parquet", data_files="data/tasks-*.parquet", split="train"
 | future | `replay` (a history event repeated) or `novel` (new factors) |
 | k, c_label, event_length, e_setting | the axes (below) |
 | context_length, prediction_length | the lengths of the history and the future |
-| interval_s, start | step in seconds; UTC-naive time of the first history step |
+| interval_s, start | step in seconds; first history step: simulator's start + window offset (UTC if zoned) |
 | target_unit, covariates | the target's unit; the K covariate names (rows of the matrices) |
 | history_target (C) | the target's history |
 | history_covariates (K, C), future_covariates (K, H) | covariate histories and scenario |

@@ -136,7 +136,8 @@ def _show(args: argparse.Namespace) -> int:
         print(f"{task.task_id}")
         print(
             f"  context {task.context_length} steps, prediction {task.prediction_length} steps "
-            f"of {task.interval_s} s; window starts at baseline step {task.start_step}"
+            f"of {task.interval_s} s; window starts at baseline step {task.start_step} "
+            f"({task.start.isoformat()})"
         )
         print(
             f"  covariates (K={task.k}): "

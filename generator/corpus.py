@@ -113,13 +113,17 @@ class Task:
     def prediction_length(self) -> int:
         return int(self.future_target.size)
 
-    def timestamps(self) -> pd.DatetimeIndex:
-        """Timestamps of the whole window (history, then future)."""
-        first = pd.Timestamp(self.baseline_start) + pd.Timedelta(
+    @property
+    def start(self) -> pd.Timestamp:
+        """Time of the first history step: the baseline's start + ``start_step`` intervals."""
+        return pd.Timestamp(self.baseline_start) + pd.Timedelta(
             seconds=self.start_step * self.interval_s
         )
+
+    def timestamps(self) -> pd.DatetimeIndex:
+        """Timestamps of the whole window (history, then future)."""
         return pd.date_range(
-            first,
+            self.start,
             periods=self.context_length + self.prediction_length,
             freq=pd.Timedelta(seconds=self.interval_s),
         )

@@ -19,6 +19,10 @@ from whatif_bench.simulators.base import Baselines, SimulatorError, SimulatorUna
 NAME = "epanet"
 INTERVAL_S = 300
 DEFAULT_DAYS = 32  # 9,216 steps at 300 s
+# Net1 has no calendar: its demand pattern repeats every 24 h with no weekday, season or holiday.
+# The run is dated to a Monday so that a weekly reading starts at a week's first day, and the
+# first full week of 2024 keeps the New Year holiday out of the dates a reader sees.
+START = "2024-01-08T00:00:00"  # Monday; the model's local time (no time zone)
 JUNCTIONS = ("10", "11", "12", "13", "21", "22", "23", "31", "32")
 PIPES = ("10", "11", "12", "21", "22", "31", "110", "111", "112", "113", "121", "122")
 TANK, RESERVOIR, PUMP = "2", "9", "9"
@@ -116,7 +120,7 @@ def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) ->
         simulator=NAME,
         simulator_version=f"EPANET 2.2 via wntr {wntr.__version__}",
         interval_s=INTERVAL_S,
-        start="2000-01-01T00:00:00",
+        start=START,
         series=series,
         units=units,
         covariate_base_values=base_values,

@@ -27,7 +27,12 @@ from whatif_bench.simulators.base import Baselines, SimulatorError, SimulatorUna
 NAME = "gridlabd"
 INTERVAL_S = 60
 DEFAULT_DAYS = 14  # 20,160 steps at 60 s
-START = "2000-01-01 00:00:00"
+# The GLM clock starts where the weather does. A TMY3 file is a "typical" year stitched from
+# months of different real years, and GridLAB-D reads it by month, day and hour; this file's
+# January is the one recorded in January 1988 (the year its rows carry), so the default 14-day
+# run is dated in 1988, local standard time (EST, UTC-5, as the weather file). A run longer than
+# January crosses into TMY months recorded in other years (February: 1996), still dated 1988.
+START = "1988-01-01 00:00:00"  # Friday; GLM clock in local standard time
 WEATHER_FILE = "723170TYA.CSV"  # pvlib/data: Greensboro Piedmont Triad Intl, NC (TMY3)
 _INSTALL = "pip install 'whatif-bench[simulators]'  (installs gridlabd and pvlib)"
 

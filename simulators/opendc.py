@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -140,6 +141,19 @@ def experiment() -> dict:
         "allocationPolicies": [{"policyType": "Mem"}],
         "exportModels": [{"exportInterval": INTERVAL_S}],
     }
+
+
+def trace_start(vms: list[BitbrainsVM]) -> str:
+    """The run's start: the trace's first sample, an ISO 8601 UTC instant.
+
+    Bitbrains timestamps are seconds since the Unix epoch (the GWA-T-12 header says ``[ms]``,
+    the values are seconds); the workload is submitted relative to this instant, so OpenDC's
+    output step ``i`` (``timestamp`` in ms since the start) is ``start + (i + 1) * 300 s``.
+    """
+    if not vms:
+        raise SimulatorError("OpenDC needs at least one trace VM")
+    first = min(int(vm.timestamps_s[0]) for vm in vms)
+    return datetime.fromtimestamp(first, tz=UTC).isoformat()
 
 
 def write_workload(
@@ -310,7 +324,7 @@ def run(
         simulator=NAME,
         simulator_version="OpenDC (" + " ".join(command[:1]) + ")",
         interval_s=INTERVAL_S,
-        start="2000-01-01T00:00:00",
+        start=trace_start(traces),
         series=series,
         units=units,
         covariate_base_values={

@@ -28,6 +28,11 @@ NAME = "sumo"
 INTERVAL_S = 300
 DEFAULT_DAYS = 30  # 8,640 steps at 300 s
 SEED = 42
+# The intersection has no calendar: the same daily profile runs every day, with no weekday,
+# weekend or holiday difference. The run is dated to a Monday so that a weekly reading starts at
+# a week's first day; February 2024 has no Easter and its 30 days (to 6 March) include a leap day
+# only as a date, never as a different profile.
+START = "2024-02-05T00:00:00"  # Monday; the model's local time (no time zone)
 EDGE_LENGTH_M = 500.0
 LANE_SPEED = 13.89
 _INSTALL = "pip install 'whatif-bench[simulators]'  (installs eclipse-sumo)"
@@ -344,7 +349,7 @@ def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) ->
         simulator=NAME,
         simulator_version=version.strip(),
         interval_s=INTERVAL_S,
-        start="2000-01-01T00:00:00",
+        start=START,
         series=series,
         units=units,
         covariate_base_values={**VEHICLE_TYPE, "offset": float(SIGNAL_OFFSET_S)},

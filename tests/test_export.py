@@ -92,6 +92,23 @@ def test_load_dataset_parquet_reads_every_array_bit_for_bit(exported, corpus_pat
     _assert_rows_equal(ds, corpus_path)
 
 
+# The shipped baselines' documented starts (see test_shipped_baselines.py).
+BASELINE_STARTS = {"epanet": "2024-01-08T00:00:00", "sumo": "2024-02-05T00:00:00"}
+
+
+def test_a_rows_start_is_its_simulators_date_plus_its_window_offset(exported, corpus_path):
+    import pyarrow.parquet as pq
+
+    files = sorted((exported / "data").glob("*.parquet"))
+    rows = [r for f in files for r in pq.read_table(f, columns=["task_id", "start"]).to_pylist()]
+    starts = {r["task_id"]: np.datetime64(r["start"], "s") for r in rows}
+    with Corpus(corpus_path) as corpus:
+        for simulator, baseline_start in BASELINE_STARTS.items():
+            task = next(iter(corpus.filter(simulator=simulator)))
+            expected = np.datetime64(baseline_start) + np.timedelta64(300 * task.start_step, "s")
+            assert starts[task.task_id] == expected, simulator
+
+
 def test_dataset_from_parquet_reads_the_same(exported, corpus_path):
     from datasets import Dataset
 

@@ -114,6 +114,20 @@ def test_fev_reads_every_file_and_data_equal_the_corpus(exported, corpus_path):
             assert all(len(n) == k for n in names)
 
 
+def test_a_series_is_dated_from_the_epanet_start_plus_its_window_offset(exported, corpus_path):
+    import pyarrow.parquet as pq
+
+    folder, manifest, _, _ = exported
+    table = pq.read_table(folder / manifest["groups"][0]["file"], columns=["id", "timestamp"])
+    first = table.slice(0, 1).to_pylist()[0]
+    with Corpus(corpus_path) as corpus:
+        task = corpus[first["id"]]
+    expected = np.datetime64("2024-01-08T00:00:00") + np.timedelta64(300 * task.start_step, "s")
+    stamps = np.array(first["timestamp"], dtype="datetime64[s]")
+    assert stamps[0] == expected
+    assert np.all(np.diff(stamps) == np.timedelta64(300, "s"))
+
+
 def test_names_and_units_are_kept(exported, corpus_path):
     folder, manifest, _, _ = exported
     table = pd.read_parquet(folder / manifest["groups"][0]["file"])

@@ -321,6 +321,17 @@ def test_csvs_read_back_to_the_task_arrays_exactly(exported):
         assert np.array_equal(future_cov[covs].to_numpy(np.float32).T, task.future_covariates)
 
 
+def test_the_csvs_are_dated_from_the_sumo_start_plus_the_window_offset(exported):
+    (out, _), _, tasks = exported
+    task = tasks[0]
+    past = read(out / TASKS / task_folder_name(0) / FILES[1])
+    expected = np.datetime64("2024-02-05T00:00:00") + np.timedelta64(300 * task.start_step, "s")
+    assert past["timestamp"][0] == str(expected)
+    future = read(out / TASKS / task_folder_name(0) / FILES[2])
+    last = expected + np.timedelta64(300 * (task.context_length + task.prediction_length - 1), "s")
+    assert future["timestamp"].iloc[-1] == str(last)
+
+
 def test_task_folders_hide_names_and_truth(exported):
     (out, _), _, tasks = exported
     for position, task in enumerate(tasks):

@@ -90,3 +90,24 @@ def test_every_baseline_is_constructible_by_name():
         assert make_forecaster(name).name == name
     with pytest.raises(ValueError, match="unknown model 'prophet'"):
         make_forecaster("prophet")
+
+
+def test_task_input_dates_a_task_and_converts_a_zoned_start_to_utc():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    arrays = {
+        "history_target": np.zeros(4),
+        "history_covariates": np.zeros((1, 4)),
+        "future_covariates": np.zeros((1, 2)),
+    }
+    task = SimpleNamespace(
+        **arrays, start=pd.Timestamp("2013-08-12T15:35:46+02:00"), interval_s=300
+    )
+    model_view = TaskInput.from_task(task)
+    assert model_view.start == np.datetime64("2013-08-12T13:35:46")
+    stamps = model_view.timestamps()
+    assert stamps.shape == (6,) and stamps[-1] == np.datetime64("2013-08-12T14:00:46")
+    with pytest.raises(ValueError, match="no start"):
+        TaskInput(**arrays).timestamps()

@@ -58,6 +58,31 @@ def test_file_records_its_provenance(corpus):
     assert attrs["complete"]
 
 
+def test_tasks_carry_their_simulators_calendar_and_their_own_window_start(corpus):
+    """Each task is dated by its simulator's baselines start plus its window offset, so tasks of
+    two simulators (and two windows of one) show different real dates; the forecaster's input
+    carries the same start and step."""
+    from whatif_bench.evaluation.forecasters import TaskInput
+
+    shipped = read_baselines(SHIPPED)
+    firsts = {}
+    for simulator in ("sumo", "epanet", "gridlabd"):
+        task = next(iter(corpus.filter(simulator=simulator)))
+        expected = np.datetime64(shipped[simulator].start) + np.timedelta64(
+            task.start_step * shipped[simulator].interval_s, "s"
+        )
+        assert task.baseline_start == shipped[simulator].start
+        assert task.start == task.timestamps()[0] == expected
+        model_view = TaskInput.from_task(task)
+        assert model_view.start == expected and model_view.interval_s == task.interval_s
+        assert np.array_equal(model_view.timestamps(), task.timestamps().to_numpy("datetime64[s]"))
+        firsts[simulator] = task.timestamps()[0]
+    assert firsts["sumo"].year == 2024 and firsts["gridlabd"].year == 1988
+    assert len(set(firsts.values())) == 3
+    starts = {int(s) for s in corpus.filter(simulator="sumo").pairs["window_start"]}
+    assert len(starts) > 1  # windows of one simulator are dated apart too
+
+
 def test_task_arrays_follow_the_recipe(corpus):
     task = corpus["sumo/flow_loop_e_0_near/K3-C2-L128-Emax/novel"]
     recipe = task.recipe
@@ -66,7 +91,7 @@ def test_task_arrays_follow_the_recipe(corpus):
     assert task.covariates == ("tau", "minGap", "accel")
     stamps = task.timestamps()
     assert len(stamps) == 2048 + 256 and (stamps[1] - stamps[0]).total_seconds() == 300
-    assert stamps[0] == np.datetime64("2000-01-01T00:00:00") + np.timedelta64(
+    assert stamps[0] == np.datetime64("2024-02-05T00:00:00") + np.timedelta64(
         300 * task.start_step, "s"
     )
     assert task.history_target.dtype == np.float32
@@ -217,6 +242,7 @@ def test_show_prints_and_plots(tmp_path, corpus_path):
         check=True,
     )
     assert "7 history events of 128 steps" in result.stdout and "copied from event" in result.stdout
+    assert "window starts at baseline step" in result.stdout and "(2024-02-" in result.stdout
     assert png.read_bytes().startswith(b"\x89PNG")
     missing = run_whatif("show", "sumo/nope/K1-C1-L32-Efew/replay", "--corpus", str(corpus_path))
     assert missing.returncode == 1 and "no task" in missing.stderr

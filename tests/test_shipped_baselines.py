@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import numpy as np
 import pytest
 
@@ -31,6 +33,28 @@ def test_every_shipped_series_is_finite_and_varies(shipped):
     for simulator, baselines in shipped.items():
         for name, values in baselines.series.items():
             assert np.all(np.isfinite(values)) and np.ptp(values) > 0, f"{simulator}/{name}"
+
+
+@pytest.mark.parametrize(
+    ("module", "start", "weekday"),
+    [
+        (epanet, "2024-01-08T00:00:00", "Monday"),  # no calendar in Net1: a documented Monday
+        (gridlabd, "1988-01-01T00:00:00", "Friday"),  # the TMY3 file's January: recorded 1988
+        (sumo, "2024-02-05T00:00:00", "Monday"),  # no calendar in the profile: a Monday
+    ],
+    ids=["epanet", "gridlabd", "sumo"],
+)
+def test_each_shipped_simulator_starts_on_its_documented_day(shipped, module, start, weekday):
+    assert shipped[module.NAME].start == start
+    assert module.START.replace(" ", "T") == start
+    assert datetime.fromisoformat(start).strftime("%A") == weekday
+
+
+def test_gridlabd_is_dated_in_the_year_its_january_weather_was_recorded():
+    rows = gridlabd.weather_path().read_text().splitlines()
+    month, day, year = rows[2].split(",")[0].split("/")  # the first hour of data
+    assert (month, day) == ("01", "01")
+    assert gridlabd.START.startswith(f"{year}-01-01 ")
 
 
 @pytest.mark.parametrize("module", [epanet, gridlabd], ids=["epanet", "gridlabd"])

@@ -67,4 +67,4 @@ def test_a_missing_weather_file_stops_the_run(monkeypatch):
 def test_the_model_reads_pvlibs_greensboro_tmy3_file():
     path = gridlabd.weather_path()
     assert path.name == "723170TYA.CSV" and path.read_text().startswith("723170")
-    assert 'tmyfile "weather.tmy3"' in gridlabd.render_glm("2000-01-02 00:00:00")
+    assert 'tmyfile "weather.tmy3"' in gridlabd.render_glm("1988-01-02 00:00:00")

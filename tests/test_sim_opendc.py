@@ -8,6 +8,7 @@ import json
 import stat
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +36,37 @@ def write_trace(folder, vm, n=12, cores=4, start=1376314846):
             f"{8 * 1048576};\t{2 * 1048576};\t0;\t0;\t0;\t0"
         )
     (folder / f"{vm}.csv").write_text("\n".join(rows) + "\n")
+
+
+# The Bitbrains trace OpenDC ships (see its README.md); read in place, never copied into the repo.
+SHARED_TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "opendc-bitbrains-small"
+
+
+def write_shared_trace(folder, vms=("1019", "1023", "1026", "1052")):
+    """GWA-T-12 ``<vm>.csv`` files from the shared trace's ``current/`` workload: one row per
+    300 s sample from the VM's submission time (merged fragments are expanded again)."""
+    import pandas as pd
+
+    current = SHARED_TRACE / "current"
+    if not (current / "tasks.parquet").is_file():
+        pytest.skip(f"the shared Bitbrains trace is not at {SHARED_TRACE}")
+    tasks = pd.read_parquet(current / "tasks.parquet").set_index("id")
+    fragments = pd.read_parquet(current / "fragments.parquet")
+    folder.mkdir(parents=True, exist_ok=True)
+    for vm in vms:
+        task = tasks.loc[int(vm)]
+        rows = fragments[fragments["id"] == int(vm)]
+        usage = np.repeat(rows["cpu_usage"].to_numpy(), np.round(rows["duration"] / 300_000))
+        first = int(task["submission_time"]) // 1000
+        cores, capacity = int(task["cpu_count"]), float(task["cpu_capacity"])
+        lines = [BITBRAINS_HEADER]
+        lines += [
+            f"{first + 300 * i};\t{cores};\t{capacity};\t{u};\t{100 * u / capacity};\t"
+            f"{int(task['mem_capacity'])};\t0;\t0;\t0;\t0;\t0"
+            for i, u in enumerate(usage)
+        ]
+        (folder / f"{vm}.csv").write_text("\n".join(lines) + "\n")
+    return folder
 
 
 @pytest.fixture
@@ -118,6 +150,18 @@ def test_workload_parquet_has_the_documented_types(trace, tmp_path):
     assert tasks.num_rows == 4 and fragments.num_rows == 4 * 12
     assert tasks.column("duration").to_pylist() == [12 * 300_000] * 4
     np.testing.assert_allclose(fragments.column("cpu_usage").to_numpy()[:12], vms[0].cpu_usage_mhz)
+
+
+def test_the_run_starts_at_the_real_traces_first_sample(tmp_path):
+    """The shared Bitbrains trace starts on 2013-08-12 at 13:35:46 UTC; the workload is submitted
+    from that instant and the baselines are dated by it."""
+    vms = [opendc.read_bitbrains_vm(p) for p in opendc.select_vms(write_shared_trace(tmp_path))]
+    assert [vm.vm_id for vm in vms] == ["1019", "1023", "1026", "1052"]
+    assert opendc.trace_start(vms) == "2013-08-12T13:35:46+00:00"
+    tasks_path, _ = opendc.write_workload(vms, tmp_path / "workload", days=30)
+    submitted = pq.read_table(tasks_path).column("submission_time").to_pylist()
+    assert min(submitted) == 1_376_314_546_000  # ms since the epoch: the same instant
+    assert submitted[3] == 1_377_787_092_000  # VM 1052 joins the trace 17 days later
 
 
 def write_outputs(folder, n_steps=6):
@@ -214,6 +258,7 @@ def test_run_drives_a_backend_through_opendc_bin(trace, tmp_path, monkeypatch, r
     monkeypatch.setenv("OPENDC_BIN", str(stub))
     baselines = opendc.run(days=1, trace=str(trace))
     assert baselines.n_steps == 288 and len(baselines.series) == 22
+    assert baselines.start == "2013-08-12T13:40:46+00:00"  # the stand-in trace's first sample
     assert json.loads(baselines.inputs["topology.json"]) == opendc.topology()
     spec = {c.name: c.base_value for c in registry.simulators["opendc"].covariates}
     assert baselines.covariate_base_values == pytest.approx(spec)

@@ -189,7 +189,7 @@ def test_gluonts_file_dataset_reads_the_tasks_exactly(exported, metadata, corpus
             assert entry["feat_dynamic_real"].shape == covariates.shape
             assert np.array_equal(_bits(entry["feat_dynamic_real"]), _bits(covariates))
             assert entry["start"] == pd.Period(task.timestamps()[0], freq=group["freq"])
-            assert entry["start"].freqstr == group["freq"]  # "5min" / "1min", with the count
+            assert entry["start"].freq == pd.tseries.frequencies.to_offset(group["freq"])
 
 
 @pytest.mark.gluonts

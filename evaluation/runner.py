@@ -16,6 +16,7 @@ errors, and are left out of that model's aggregates. ``EvaluationResult.failures
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -101,6 +102,30 @@ def select_tasks(frame: pd.DataFrame, subset: float | None, seed: int = 0) -> pd
         n = math.ceil(subset * len(group))
         keep.extend(sorted(rng.choice(group.index.to_numpy(), size=n, replace=False).tolist()))
     return frame.loc[sorted(keep)].reset_index(drop=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _registry_units() -> tuple[str, dict[tuple[str, str], dict[str, str]]]:
+    """The shipped registry's hash and the covariate units of each (simulator, target)."""
+    from whatif_bench.generator.writer import registry_hash
+    from whatif_bench.relationships import load_registry
+
+    units = {
+        (r.simulator, r.target): {c.name: c.unit for c in r.covariates} for r in load_registry()
+    }
+    return registry_hash(), units
+
+
+def covariate_units(attrs: dict) -> dict[tuple[str, str], dict[str, str]]:
+    """Covariate units by (simulator, target) for a corpus with file attributes ``attrs``: the
+    shipped registry's, when the corpus was built from it; else ``{}`` (units unknown).
+
+    The corpus file stores the target's unit but not the covariates' units."""
+    try:
+        digest, units = _registry_units()
+    except Exception:  # units are descriptive only: never fail an evaluation or export for them
+        return {}
+    return units if attrs.get("registry_hash") == digest else {}
 
 
 def _model_label(model: Forecaster | str) -> str:
@@ -197,7 +222,8 @@ def _score_chunk(
 
     with Corpus(corpus_path) as corpus:
         tasks = [corpus[task_id] for task_id in task_ids]
-    inputs = [TaskInput.from_task(t) for t in tasks]
+        units = covariate_units(corpus.attrs)
+    inputs = [TaskInput.from_task(t, units.get((t.simulator, t.target))) for t in tasks]
     frames = []
     for model in models:
         forecaster = make_forecaster(model) if isinstance(model, str) else model

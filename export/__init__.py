@@ -1,4 +1,4 @@
-"""Exporting corpus tasks to other harnesses: Parquet / Hugging Face, fev, and LLM prompts.
+"""Exporting corpus tasks to other harnesses: Parquet / Hugging Face, fev, LLM prompts, GluonTS.
 
 ``whatif export CORPUS --format FORMAT --out DIR`` and ``export_corpus`` write one folder per
 export. Each format is one module with a ``write`` function of the same signature (see

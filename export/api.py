@@ -166,7 +166,7 @@ def export_corpus(
     per_task: bool = False,
 ) -> Path:
     """Export the selected tasks of ``corpus`` (a path or an open ``Corpus``) in ``format``
-    (``parquet``, ``fev`` or ``llm``) to the folder ``out``; returns ``out``.
+    (``parquet``, ``fev``, ``llm`` or ``gluonts``) to the folder ``out``; returns ``out``.
 
     ``subset`` is a stratified fraction of the tasks drawn with ``seed`` (as ``whatif
     evaluate --subset``); ``simulators`` and ``futures`` restrict the tasks (empty: all).

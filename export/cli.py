@@ -1,4 +1,4 @@
-"""``whatif export``: write selected corpus tasks as Parquet (Hugging Face), fev or LLM prompts."""
+"""``whatif export``: selected corpus tasks as Parquet (Hugging Face), fev, LLM prompts, GluonTS."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ def add_arguments(subparsers) -> None:
     from whatif_bench.generator.axes import FUTURES
 
     parser = subparsers.add_parser(
-        "export", help="export corpus tasks as Parquet (Hugging Face), fev or LLM prompts"
+        "export",
+        help="export corpus tasks as Parquet (Hugging Face), fev, LLM prompts or GluonTS JSON Lines",
     )
     parser.add_argument("corpus", help="corpus file (from whatif generate)")
     parser.add_argument(

@@ -17,6 +17,7 @@ MODULES = {
     "parquet": "whatif_bench.export.parquet",
     "fev": "whatif_bench.export.fev",
     "llm": "whatif_bench.export.llm",
+    "gluonts": "whatif_bench.export.gluonts",
 }
 
 

@@ -159,3 +159,54 @@ def test_cli_with_reference_and_a_user_model(tmp_path, corpus_path):
         "evaluate", str(corpus_path), "--models", "naive,prophet", "--out", str(tmp_path / "x")
     )
     assert bad.returncode != 0 and "unknown model 'prophet'" in bad.stderr
+
+
+class Recorder:
+    """A naive model that keeps every TaskInput it is shown."""
+
+    name = "recorder"
+
+    def __init__(self):
+        self.seen = []
+
+    def predict(self, batch):
+        self.seen.extend(batch)
+        return [
+            Forecast(point=np.full(t.prediction_length, float(t.history_target[-1]))) for t in batch
+        ]
+
+
+def test_evaluate_describes_each_task_to_the_model(tmp_path, corpus_path):
+    from whatif_bench.evaluation.forecasters import frequency_alias
+
+    model = Recorder()
+    evaluate(corpus_path, ["naive", model], tmp_path / "out", subset=0.05, progress=False)
+    assert model.seen
+    with Corpus(corpus_path) as corpus:
+        for seen in model.seen:
+            task = corpus[seen.task_id]
+            assert seen.start == task.timestamps()[0]
+            assert seen.freq == frequency_alias(task.interval_s) and seen.freq in ("5min", "1min")
+            assert seen.interval_s == task.interval_s
+            assert seen.covariate_names == task.covariates and len(seen.covariate_units) == task.k
+            assert all(seen.covariate_units)  # the corpus was built from the shipped registry
+            assert seen.target_name == task.target
+            assert seen.target_unit == task.units[task.target]
+            np.testing.assert_array_equal(seen.future_covariates, task.future_covariates)
+
+
+def test_a_dict_model_is_scored_through_evaluate(tmp_path, corpus_path):
+    from whatif_bench.evaluation.adapters import from_dict_model
+
+    def last_value(inputs):  # Chronos-2-style inputs; the naive forecast as (H, 9) quantiles
+        out = []
+        for entry in inputs:
+            horizon = len(next(iter(entry["future_covariates"].values())))
+            out.append(np.full((horizon, 9), float(entry["target"][-1])))
+        return out
+
+    model = from_dict_model(last_value, name="dict-naive")
+    result = evaluate(corpus_path, ["naive", model], tmp_path / "out", subset=0.05, progress=False)
+    table = result.per_task.pivot(index="task_id", columns="model", values="wql")
+    assert (result.per_task["failed"] == "").all()
+    np.testing.assert_allclose(table["dict-naive"], table["naive"], rtol=1e-12)

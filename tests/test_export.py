@@ -353,7 +353,7 @@ def test_cli_help_states_the_defaults():
     result = run_whatif("export", "--help")
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
-    for phrase in ("{parquet,fev,llm}", "default: all tasks", "default: 0", "default: off"):
+    for phrase in ("{parquet,fev,llm,gluonts}", "default: all tasks", "default: 0", "default: off"):
         assert phrase in text
 
 
@@ -429,6 +429,7 @@ def test_ctrl_c_of_the_real_command_removes_the_temporary_folder(corpus_path, tm
         ("fev", [], ["tasks.yaml"]),
         ("fev", ["--per-task"], ["tasks.yaml", "tasks_per_task.yaml"]),
         ("llm", [], ["key.jsonl"]),
+        ("gluonts", [], ["metadata.json"]),  # written without GluonTS: runs under pandas 3 too
     ],
 )
 def test_every_format_runs_through_the_command(

@@ -103,11 +103,109 @@ def test_task_input_dates_a_task_and_converts_a_zoned_start_to_utc():
         "future_covariates": np.zeros((1, 2)),
     }
     task = SimpleNamespace(
-        **arrays, start=pd.Timestamp("2013-08-12T15:35:46+02:00"), interval_s=300
+        **arrays,
+        task_id="opendc/x/K1-C1-L32-Efew/novel",
+        start=pd.Timestamp("2013-08-12T15:35:46+02:00"),
+        interval_s=300,
+        covariates=("c",),
+        target="x",
+        units={"x": "W"},
     )
     model_view = TaskInput.from_task(task)
-    assert model_view.start == np.datetime64("2013-08-12T13:35:46")
+    assert model_view.start == pd.Timestamp("2013-08-12T13:35:46")
+    assert model_view.freq == "5min" and model_view.target_unit == "W"
     stamps = model_view.timestamps()
-    assert stamps.shape == (6,) and stamps[-1] == np.datetime64("2013-08-12T14:00:46")
+    assert stamps.shape == (6,) and stamps[-1] == pd.Timestamp("2013-08-12T14:00:46")
     with pytest.raises(ValueError, match="no start"):
         TaskInput(**arrays).timestamps()
+
+
+def test_frequency_alias_always_has_a_count():
+    from whatif_bench.evaluation.forecasters import frequency_alias
+
+    assert [frequency_alias(s) for s in (300, 60, 3600, 86400, 90, 1)] == [
+        "5min",
+        "1min",
+        "1h",
+        "1D",
+        "90s",
+        "1s",
+    ]
+    for bad in (0, -60, 1.5, True):
+        with pytest.raises(ValueError, match="positive whole number of seconds"):
+            frequency_alias(bad)
+
+
+def test_a_task_input_of_arrays_alone_keeps_working(rng):
+    task, _ = linear_task(rng)
+    assert task.task_id == "" and task.start is None and task.freq == ""
+    assert task.covariate_names == () and task.prediction_length == 40
+    assert task.context_length == 400
+
+
+def _last_plus_covariate_change(inputs):
+    """A tiny Chronos-2-style model: last value + 2 x (first covariate's change since the end
+    of the history); a point forecast for even-length histories, quantiles for odd ones."""
+    out = []
+    for entry in inputs:
+        (name, past), *_ = entry["past_covariates"].items()
+        future = entry["future_covariates"][name]
+        point = float(entry["target"][-1]) + 2.0 * (future - float(past[-1]))
+        if entry["target"].size % 2:
+            out.append(np.repeat(point[:, None], 9, axis=1) + np.linspace(-1, 1, 9))
+        else:
+            out.append(point)
+    return out
+
+
+def test_dict_model_gets_chronos_style_inputs_and_returns_its_forecasts(rng):
+    from whatif_bench.evaluation.adapters import dict_entry, from_dict_model
+
+    even, _ = linear_task(rng, context=400)
+    odd, _ = linear_task(rng, context=401)
+    model = from_dict_model(_last_plus_covariate_change, name="last-plus-cov")
+    assert model.name == "last-plus-cov"
+    point, quantiles = model.predict([even, odd])
+    expected = even.history_target[-1] + 2.0 * (
+        even.future_covariates[0] - even.history_covariates[0, -1]
+    )
+    np.testing.assert_array_equal(point.point, expected)
+    assert point.quantiles is None
+    assert quantiles.point is None and quantiles.quantiles.shape == (40, 9)
+    entry = dict_entry(even)  # no names in the task: generic ones
+    assert list(entry["past_covariates"]) == ["covariate_1", "covariate_2"]
+    assert entry["target"] is even.history_target
+    np.testing.assert_array_equal(
+        entry["future_covariates"]["covariate_2"], even.future_covariates[1]
+    )
+
+
+def test_dict_model_gets_the_horizon_when_it_asks_for_it(rng):
+    from whatif_bench.evaluation.adapters import from_dict_model
+
+    calls = []
+
+    def model(inputs, prediction_length):
+        calls.append((len(inputs), prediction_length))
+        return [np.ones((1, prediction_length, 9)) for _ in inputs]  # one variate, as Chronos-2
+
+    short, _ = linear_task(rng, horizon=10)
+    long_, _ = linear_task(rng, horizon=20)
+    forecasts = from_dict_model(model, name="ones").predict([short, long_, short])
+    assert calls == [(2, 10), (1, 20)]
+    assert [f.quantiles.shape for f in forecasts] == [(10, 9), (20, 9), (10, 9)]
+
+
+def test_dict_model_bad_output_and_bad_arguments_are_clear(rng):
+    from whatif_bench.evaluation.adapters import from_dict_model
+    from whatif_bench.evaluation.forecasters import ModelError
+
+    task, _ = linear_task(rng)
+    with pytest.raises(ValueError, match=r"returned shape \(3,\); expected quantiles \(40, 9\)"):
+        from_dict_model(lambda inputs: [np.zeros(3)], name="bad").predict([task])
+    with pytest.raises(ValueError, match="returned 0 forecasts for 1 tasks"):
+        from_dict_model(lambda inputs: [], name="bad").predict([task])
+    with pytest.raises(ModelError, match="needs a name"):
+        from_dict_model(_last_plus_covariate_change, name="")
+    with pytest.raises(ModelError, match="needs a callable"):
+        from_dict_model("chronos", name="x")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from whatif_bench.cli_types import positive_int, seed_int
 from whatif_bench.errors import WhatIfError
-from whatif_bench.evaluation.forecasters import BASELINES, ModelError
 
 
 def fraction(text: str) -> float:
@@ -45,6 +44,8 @@ def add_arguments(subparsers) -> None:
 
 def _import_module(spec: str, where: str):
     """The module ``where`` (a .py file or a dotted name); any failure is a ``ModelError``."""
+    from whatif_bench.evaluation.forecasters import ModelError
+
     try:
         if where.endswith(".py"):
             path = Path(where)
@@ -76,6 +77,8 @@ def load_model(spec: str):
 
     Any failure (unknown name, missing file, import error, missing class, a constructor that
     raises) is one ``ModelError`` naming ``spec``."""
+    from whatif_bench.evaluation.forecasters import BASELINES, ModelError
+
     if ":" not in spec:
         if spec not in BASELINES:
             raise ModelError(
@@ -102,6 +105,8 @@ def load_model(spec: str):
 
 def parse_models(text: str) -> list[str]:
     """The comma-separated model specs; empty items and repeats are errors."""
+    from whatif_bench.evaluation.forecasters import ModelError
+
     specs = [item.strip() for item in text.split(",")]
     if not any(specs):
         raise ModelError("--models is empty; give baseline names or FILE.py:Class")

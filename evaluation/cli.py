@@ -26,19 +26,32 @@ def fraction(text: str) -> float:
 
 def add_arguments(subparsers) -> None:
     parser = subparsers.add_parser("evaluate", help="score forecasters on a corpus")
-    parser.add_argument("corpus")
+    parser.add_argument("corpus", help="corpus file (from whatif generate)")
     parser.add_argument(
         "--models",
         default="naive,linear,ridge,xgboost",
-        help="comma-separated baselines, or FILE.py:Class / module:Class for your own",
+        help="comma-separated baselines, or FILE.py:Class / module:Class for your own "
+        "(default: %(default)s)",
     )
-    parser.add_argument("--out", required=True, help="folder for per-task errors, tables and plots")
     parser.add_argument(
-        "--subset", type=fraction, help="stratified fraction of the tasks (e.g. 0.05)"
+        "--out", required=True, help="folder for per-task errors, tables and plots (required)"
     )
-    parser.add_argument("--jobs", type=positive_int, default=1, help="worker processes (default 1)")
-    parser.add_argument("--reference", default="naive", help="reference model of the skill score")
-    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the --subset draw")
+    parser.add_argument(
+        "--subset",
+        type=fraction,
+        help="stratified fraction of the tasks, e.g. 0.05 (default: all tasks)",
+    )
+    parser.add_argument(
+        "--jobs", type=positive_int, default=1, help="worker processes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--reference",
+        default="naive",
+        help="reference model of the skill score (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=seed_int, default=0, help="seed of the --subset draw (default: %(default)s)"
+    )
     parser.set_defaults(handler=_evaluate)
 
 

@@ -1,4 +1,4 @@
-"""Aggregates of SPEC §7 as fev computes them (fev 0.10, ``analysis.py``).
+"""Aggregates (docs/METHOD.md, section 8) as fev computes them (fev 0.10, ``analysis.py``).
 
 - relative error of a model on a task: its error divided by the reference model's, clipped to
   [0.01, 100];

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from whatif_bench.cli_types import positive_int, seed_int
 from whatif_bench.errors import WhatIfError
-from whatif_bench.evaluation.forecasters import BASELINES, ModelError
 
 
 def fraction(text: str) -> float:
@@ -27,24 +26,39 @@ def fraction(text: str) -> float:
 
 def add_arguments(subparsers) -> None:
     parser = subparsers.add_parser("evaluate", help="score forecasters on a corpus")
-    parser.add_argument("corpus")
+    parser.add_argument("corpus", help="corpus file (from whatif generate)")
     parser.add_argument(
         "--models",
         default="naive,linear,ridge,xgboost",
-        help="comma-separated baselines, or FILE.py:Class / module:Class for your own",
+        help="comma-separated baselines, or FILE.py:Class / module:Class for your own "
+        "(default: %(default)s)",
     )
-    parser.add_argument("--out", required=True, help="folder for per-task errors, tables and plots")
     parser.add_argument(
-        "--subset", type=fraction, help="stratified fraction of the tasks (e.g. 0.05)"
+        "--out", required=True, help="folder for per-task errors, tables and plots (required)"
     )
-    parser.add_argument("--jobs", type=positive_int, default=1, help="worker processes (default 1)")
-    parser.add_argument("--reference", default="naive", help="reference model of the skill score")
-    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the --subset draw")
+    parser.add_argument(
+        "--subset",
+        type=fraction,
+        help="stratified fraction of the tasks, e.g. 0.05 (default: all tasks)",
+    )
+    parser.add_argument(
+        "--jobs", type=positive_int, default=1, help="worker processes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--reference",
+        default="naive",
+        help="reference model of the skill score (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=seed_int, default=0, help="seed of the --subset draw (default: %(default)s)"
+    )
     parser.set_defaults(handler=_evaluate)
 
 
 def _import_module(spec: str, where: str):
     """The module ``where`` (a .py file or a dotted name); any failure is a ``ModelError``."""
+    from whatif_bench.evaluation.forecasters import ModelError
+
     try:
         if where.endswith(".py"):
             path = Path(where)
@@ -76,6 +90,8 @@ def load_model(spec: str):
 
     Any failure (unknown name, missing file, import error, missing class, a constructor that
     raises) is one ``ModelError`` naming ``spec``."""
+    from whatif_bench.evaluation.forecasters import BASELINES, ModelError
+
     if ":" not in spec:
         if spec not in BASELINES:
             raise ModelError(
@@ -102,6 +118,8 @@ def load_model(spec: str):
 
 def parse_models(text: str) -> list[str]:
     """The comma-separated model specs; empty items and repeats are errors."""
+    from whatif_bench.evaluation.forecasters import ModelError
+
     specs = [item.strip() for item in text.split(",")]
     if not any(specs):
         raise ModelError("--models is empty; give baseline names or FILE.py:Class")

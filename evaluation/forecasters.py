@@ -1,4 +1,4 @@
-"""The forecaster protocol and the baseline forecasters of SPEC §8.
+"""The forecaster protocol and the baseline forecasters (docs/METHOD.md, section 9).
 
 A forecaster receives a batch of ``TaskInput`` (numpy arrays only) and returns one
 ``Forecast`` per task: a point forecast (H,), or quantiles (H, 9) at the levels 0.1 … 0.9.

@@ -1,4 +1,4 @@
-"""Per-task metrics of SPEC §7, with fev's definitions (fev 0.10, ``metrics.py``).
+"""Per-task metrics (docs/METHOD.md, section 7), with fev's definitions (fev 0.10, ``metrics.py``).
 
 - ``wql``: weighted quantile loss, ``mean_q [ mean_t 2·ρ_q(y_t, ŷ_{q,t}) / mean_t |y_t| ]`` with
   the pinball loss ``ρ_q(y, ŷ) = (y − ŷ)·(q − 1{y < ŷ})``; fev's ``epsilon`` floors the mean |y|.

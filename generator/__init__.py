@@ -7,7 +7,22 @@
     task = corpus["sumo/flow_loop_e_0_near/K3-C2-L128-Emax/novel"]
 """
 
-from whatif_bench.generator.corpus import Corpus, Task
-from whatif_bench.generator.sweep import GenerationConfig, generate
+from typing import TYPE_CHECKING
+
+from whatif_bench._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from whatif_bench.generator.corpus import Corpus, Task
+    from whatif_bench.generator.sweep import GenerationConfig, generate
+
+# Imported on first use (see whatif_bench._lazy): the command line reads this package's
+# argument parsing without loading numpy, numba, h5py or pandas.
+_EXPORTS = {
+    "Corpus": "whatif_bench.generator.corpus",
+    "Task": "whatif_bench.generator.corpus",
+    "GenerationConfig": "whatif_bench.generator.sweep",
+    "generate": "whatif_bench.generator.sweep",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 __all__ = ["Corpus", "GenerationConfig", "Task", "generate"]

@@ -1,4 +1,4 @@
-"""The five axes of SPEC §5 and the history layout they imply.
+"""The five axes (docs/METHOD.md, section 5) and the history layout they imply.
 
 Context/prediction lengths: C1-C3 are shared; C4 is per simulator and fits its baseline. The
 layout of a history of context length ``C``: an event-free prefix of at least 40 % of ``C``,

@@ -20,7 +20,13 @@ def add_arguments(subparsers) -> None:
         help="corpus file to write; an existing corpus there is replaced only once the new one "
         "is complete (default: whatif-corpus.h5)",
     )
-    generate.add_argument("--simulators", nargs="+", default=[], metavar="SIM")
+    generate.add_argument(
+        "--simulators",
+        nargs="+",
+        default=[],
+        metavar="SIM",
+        help="only these simulators (default: all with baselines)",
+    )
     generate.add_argument(
         "--targets",
         nargs="+",
@@ -41,12 +47,14 @@ def add_arguments(subparsers) -> None:
     generate.set_defaults(handler=_generate)
 
     info = subparsers.add_parser("info", help="counts by simulator, future and axis; pass rate")
-    info.add_argument("file")
-    info.add_argument("--json", action="store_true")
+    info.add_argument("file", help="corpus file")
+    info.add_argument(
+        "--json", action="store_true", help="machine-readable output (default: a table)"
+    )
     info.set_defaults(handler=_info)
 
     verify = subparsers.add_parser("verify", help="rebuild every task from its recipe and compare")
-    verify.add_argument("file")
+    verify.add_argument("file", help="corpus file")
     verify.add_argument(
         "--baselines",
         help="baselines file to compare the embedded series with (default: the shipped one)",
@@ -54,13 +62,13 @@ def add_arguments(subparsers) -> None:
     verify.set_defaults(handler=_verify)
 
     show = subparsers.add_parser("show", help="print one task (and plot it)")
-    show.add_argument("task_id")
-    show.add_argument("--corpus", required=True)
+    show.add_argument("task_id", help="task id, e.g. sumo/flow_loop_e_0_near/K3-C2-L128-Emax/novel")
+    show.add_argument("--corpus", required=True, help="corpus file (required)")
     show.add_argument(
         "--plot",
         metavar="PNG",
         help="draw history, both futures and covariates to this PNG file; a folder (existing, "
-        "or written with a trailing /) gets <task id with / as _>.png",
+        "or written with a trailing /) gets <task id with / as _>.png (default: no plot)",
     )
     show.set_defaults(handler=_show)
 

@@ -1,6 +1,6 @@
 """A pair's recipe: every number needed to rematerialise its history and both futures exactly.
 
-``draw_recipe`` makes the random choices of SPEC §5 from the pair's own stream, in a fixed
+``draw_recipe`` makes the random choices of docs/METHOD.md (section 5) from the pair's own stream, in a fixed
 order: window start, then per event a direction and one factor per covariate, then the Replay
 source event, then the Novel factors.
 """

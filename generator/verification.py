@@ -1,4 +1,4 @@
-"""The 10 % check of SPEC §6.
+"""The 10 % check (docs/METHOD.md, section 6).
 
 Statistic: for one event window W, ``mean_W |y' - y| / mean_W |y|`` -- the target's average
 absolute departure from its event-free baseline relative to the baseline's average magnitude.

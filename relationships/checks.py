@@ -1,4 +1,5 @@
-"""Rule checks of SPEC §3 on every relationship, shared by the tests and ``relationships check``.
+"""Rule checks of docs/METHOD.md (section 4) on every relationship, shared by the tests and
+``relationships check``.
 
 Rules: finite everywhere; the identity when every factor is 1; monotone in each covariate's
 declared direction over every factor an event can draw (history pools and Novel ranges),

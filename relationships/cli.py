@@ -20,35 +20,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             action="append",
             default=[],
             metavar="FILE",
-            help="extra spec file to load after the shipped ones (repeatable)",
+            help="extra spec file to load after the shipped ones (repeatable; default: none)",
         )
         p.add_argument(
             "--forms",
             action="append",
             default=[],
             metavar="PY",
-            help="Python file that registers user forms (executed; repeatable)",
+            help="Python file that registers user forms (executed; repeatable; default: none)",
         )
 
     listing = sub.add_parser("list", help="list targets and their covariates")
-    listing.add_argument("--simulator", help="only this simulator")
-    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.add_argument("--simulator", help="only this simulator (default: all)")
+    listing.add_argument(
+        "--json", action="store_true", help="machine-readable output (default: a table)"
+    )
     with_specs(listing)
     listing.set_defaults(handler=_list)
 
     evaluate = sub.add_parser("eval", help="evaluate one target under constant factors")
-    evaluate.add_argument("--simulator", required=True)
-    evaluate.add_argument("--target", required=True)
-    evaluate.add_argument("--y", required=True, help="comma-separated baseline values")
+    evaluate.add_argument("--simulator", required=True, help="simulator of the target (required)")
+    evaluate.add_argument("--target", required=True, help="target name (required)")
+    evaluate.add_argument("--y", required=True, help="comma-separated baseline values (required)")
     evaluate.add_argument(
         "--factor",
         action="append",
         default=[],
         metavar="COV=F1,F2,...",
-        help="factors of one covariate, read in step with the other --factor lists",
+        help="factors of one covariate, read in step with the other --factor lists (repeatable; "
+        "default: none, every covariate at 1)",
     )
     evaluate.add_argument("--k", type=int, help="number of covariates K (default: last one named)")
-    evaluate.add_argument("--json", action="store_true", help="machine-readable output")
+    evaluate.add_argument(
+        "--json", action="store_true", help="machine-readable output (default: a table)"
+    )
     with_specs(evaluate)
     evaluate.set_defaults(handler=_eval)
 
@@ -63,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="PY",
-        help="Python file that registers user forms (executed; repeatable)",
+        help="Python file that registers user forms (executed; repeatable; default: none)",
     )
     check.add_argument(
         "--timeout",
@@ -72,20 +77,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="time limit per relationship for checking user forms (default: 60)",
     )
-    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.add_argument(
+        "--json", action="store_true", help="machine-readable output (default: text)"
+    )
     check.set_defaults(handler=_check)
 
     plot = sub.add_parser(
         "plot", help="response curves: the target against each covariate's factor"
     )
-    plot.add_argument("--simulator", required=True)
+    plot.add_argument("--simulator", required=True, help="simulator to plot (required)")
     plot.add_argument("--target", help="one target (default: every target of the simulator)")
-    plot.add_argument("--out", required=True, help="folder for <target>.png files")
+    plot.add_argument("--out", required=True, help="folder for <target>.png files (required)")
     with_specs(plot)
     plot.set_defaults(handler=_plot)
 
     doc = sub.add_parser("doc", help="write the Markdown reference of every relationship")
-    doc.add_argument("--out", default="docs/RELATIONSHIPS.md", help="output file, or - for stdout")
+    doc.add_argument(
+        "--out",
+        default="docs/RELATIONSHIPS.md",
+        help="output file, or - for stdout (default: %(default)s)",
+    )
     doc.set_defaults(handler=_doc)
 
 

@@ -1,7 +1,7 @@
 """The public relationship API: one resolved ``Relationship`` per target.
 
 A relationship maps a baseline series and covariate factors to the target under intervention:
-``y' = combine(g_p(y, f_p), secondaries)`` (SPEC §3). ``evaluate`` takes factor trajectories or
+``y' = combine(g_p(y, f_p), secondaries)`` (docs/METHOD.md, section 4). ``evaluate`` takes factor trajectories or
 constants; ``apply_events`` takes an ``EventSchedule`` and touches only the event windows.
 Both run numba kernels; ``evaluate_reference`` is the plain-numpy equivalent.
 """

@@ -1,4 +1,4 @@
-"""Factor ranges events can draw (SPEC §5): history pools and the Novel extrapolation.
+"""Factor ranges events can draw (docs/METHOD.md, sections 3 and 5): history pools and the Novel extrapolation.
 
 The generator draws from these; the rule checks sweep them, so both agree on what "every factor
 an event can draw" means.

@@ -1,4 +1,4 @@
-"""Event shapes (SPEC §2): how a covariate's factor evolves over an event window.
+"""Event shapes (docs/METHOD.md, section 3): how a covariate's factor evolves over an event window.
 
 A *step* holds the factor ``f`` for the whole window. A *bell* rises from 1 to ``f`` and back:
 ``1 + (f - 1) * exp(-0.5 * ((t - t_m) / sigma) ** 2)`` with ``t_m = (l - 1) / 2`` and

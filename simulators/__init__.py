@@ -5,9 +5,31 @@ temporary directory and raises ``SimulatorUnavailable`` (with an install hint) w
 is missing. ``whatif simulate`` writes the results to one HDF5 baselines store.
 """
 
-from whatif_bench.simulators.base import Baselines, SimulatorUnavailable
-from whatif_bench.simulators.catalog import SIMULATORS, get_simulator
-from whatif_bench.simulators.store import read_baselines, shipped_baselines_path, write_baselines
+from typing import TYPE_CHECKING
+
+from whatif_bench._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from whatif_bench.simulators.base import Baselines, SimulatorUnavailable
+    from whatif_bench.simulators.catalog import SIMULATORS, get_simulator
+    from whatif_bench.simulators.store import (
+        read_baselines,
+        shipped_baselines_path,
+        write_baselines,
+    )
+
+# Imported on first use (see whatif_bench._lazy): the command line reads this package's
+# argument parsing without loading numpy, numba, h5py or pandas.
+_EXPORTS = {
+    "Baselines": "whatif_bench.simulators.base",
+    "SimulatorUnavailable": "whatif_bench.simulators.base",
+    "SIMULATORS": "whatif_bench.simulators.catalog",
+    "get_simulator": "whatif_bench.simulators.catalog",
+    "read_baselines": "whatif_bench.simulators.store",
+    "shipped_baselines_path": "whatif_bench.simulators.store",
+    "write_baselines": "whatif_bench.simulators.store",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 __all__ = [
     "SIMULATORS",

@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from whatif_bench.errors import WhatIfError
-from whatif_bench.simulators.base import Baselines
+
+if TYPE_CHECKING:  # base imports numpy; the command line reads this catalogue without it
+    from whatif_bench.simulators.base import Baselines
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,24 @@ from whatif_bench.errors import WhatIfError
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     from whatif_bench.simulators.catalog import SIMULATORS
 
-    parser.add_argument("--simulator", required=True, choices=[*SIMULATORS, "all"])
-    parser.add_argument("--out", required=True, help="baselines HDF5 file to write")
+    parser.add_argument(
+        "--simulator",
+        required=True,
+        choices=[*SIMULATORS, "all"],
+        help="simulator to run, or all (required)",
+    )
+    parser.add_argument("--out", required=True, help="baselines HDF5 file to write (required)")
     parser.add_argument(
         "--days",
         type=positive_float,
         help="simulated days, a number > 0 (default: each simulator's base run)",
     )
-    parser.add_argument("--trace", help="OpenDC: folder of a Bitbrains trace (<vm>.csv files)")
-    parser.add_argument("--image", help="OpenDC: Docker image that runs OpenDC")
+    parser.add_argument(
+        "--trace", help="OpenDC: folder of a Bitbrains trace (<vm>.csv files; default: none)"
+    )
+    parser.add_argument(
+        "--image", help="OpenDC: Docker image that runs OpenDC (default: opendc on PATH)"
+    )
     parser.set_defaults(handler=_simulate)
 
 
@@ -33,7 +42,7 @@ def add_baselines_arguments(parser: argparse.ArgumentParser) -> None:
     info.set_defaults(handler=_info)
     plot = sub.add_parser("plot", help="one PNG overview per simulator")
     plot.add_argument("file", nargs="?", help="baselines file (default: the shipped one)")
-    plot.add_argument("--out", required=True, help="folder for the PNG files")
+    plot.add_argument("--out", required=True, help="folder for the PNG files (required)")
     plot.set_defaults(handler=_plot)
 
 

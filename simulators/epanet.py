@@ -2,8 +2,8 @@
 
 Net1 ships inside the ``wntr`` package. The wrapper extends the run to ``days`` at a 300 s
 hydraulic and report step, converts WNTR's SI results back to the network's own US units (GPM,
-psi, ft/s) and returns the 37 targets of SPEC §4. The pump opens below a tank level of 110 ft
-and closes above 140 ft (Net1's own controls), so the tank cycles.
+psi, ft/s) and returns its 37 targets (listed in docs/RELATIONSHIPS.md). The pump opens below
+a tank level of 110 ft and closes above 140 ft (Net1's own controls), so the tank cycles.
 """
 
 from __future__ import annotations

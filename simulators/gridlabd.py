@@ -1,12 +1,12 @@
 """GridLAB-D 6 (the ``gridlabd`` package, run in-process) on a single-house feeder.
 
-Base setting (SPEC §4): SWING node at 2400 V -> 75 kVA centre-tapped transformer -> 120 V
+Base setting: SWING node at 2400 V -> 75 kVA centre-tapped transformer -> 120 V
 triplex node -> one 1550 sq ft house (heating set-point 60 F, cooling 77 F, deadband 1.6 F)
 with a constant 10 kW ZIP load (impedance/current/power fractions 0.3/0.5/0.2), recorded every
 60 s. Weather: the recorded TMY3 file of Greensboro, North Carolina (USAF 723170) that pvlib
 ships; no Seattle file is available from the package index.
 
-Two choices the SPEC leaves open, and why:
+Two choices made here, and why:
 - the ZIP load releases 30 % of its power inside the house (``heat_fraction`` 0.3); with
   GridLAB-D's default 0.9, 9 kW of internal gains keep the house above its heating set-point
   all winter, and the heating indicators would never switch;

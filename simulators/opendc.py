@@ -5,7 +5,7 @@ simulates anything itself. It writes OpenDC's documented inputs -- a topology of
 four hosts (16 cores at 3000 MHz, 64 GiB, a linear CPU power model idling at 105.5 W), an
 experiment file, and a workload of tasks and fragments in Parquet built from a Bitbrains trace
 the user supplies -- runs ``opendc`` (``$OPENDC_BIN`` or on PATH) or a Docker image the user
-names, and parses ``host.parquet`` and ``task.parquet`` into the 22 targets of SPEC §4.
+names, and parses ``host.parquet`` and ``task.parquet`` into its 22 targets (listed in docs/RELATIONSHIPS.md).
 Without a backend it raises ``SimulatorUnavailable`` saying how to get OpenDC.
 """
 

@@ -1,12 +1,12 @@
 """SUMO (the ``eclipse-sumo`` binaries) on one signalised four-arm intersection.
 
-Base setting (SPEC §4): a centre node and four approach nodes at +-500 m; every edge has two
+Base setting: a centre node and four approach nodes at +-500 m; every edge has two
 lanes at 13.89 m/s in both directions; a fixed signal plan on a 90 s cycle (42 s green, 3 s
 yellow, twice); four through-movements whose demand follows a five-period daily profile,
 repeated every day; induction loops, lane-area detectors and an edge emissions record written
 every 300 s. SUMO runs with a fixed seed, so a run is repeatable.
 
-Choices the SPEC leaves open: the daily profile's rates are the intersection's total (split
+Choices made here: the daily profile's rates are the intersection's total (split
 evenly over the four movements), so the peak of 2,000 veh/h stays below the signal's capacity;
 an interval in which no vehicle passed a detector has no measured speed (SUMO writes -1), and
 the last measured speed is carried forward.
@@ -85,7 +85,7 @@ LANE_AREA_FIELDS = {
 EMISSION_FIELDS = {"CO2_abs": "mg", "NOx_abs": "mg", "PMx_abs": "mg", "fuel_abs": "mg"}
 SPEED_FIELDS = {"speed", "meanSpeed"}  # -1 when no vehicle was measured: carried forward
 ZERO_WHEN_EMPTY = {"meanTimeLoss"}  # -1 when no vehicle was measured: no time was lost
-# The 29 targets of SPEC §4 (the far loop reports its flow only).
+# The 29 targets (the far loop reports its flow only).
 TARGETS = (
     *(f"{g}_abs_edge_{EMISSIONS_EDGE}" for g in ("CO2", "NOx", "PMx", "fuel")),
     *(f"flow_{d}" for d in LOOPS),

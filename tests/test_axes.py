@@ -1,4 +1,4 @@
-"""History layouts follow SPEC §5 for every (C, l, E), and every window fits its baseline."""
+"""History layouts follow docs/METHOD.md (section 5) for every (C, l, E), and every window fits its baseline."""
 
 from __future__ import annotations
 

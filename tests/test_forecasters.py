@@ -1,4 +1,4 @@
-"""The baseline forecasters do what SPEC §8 says, on inputs where the answer is known."""
+"""The baseline forecasters do what docs/METHOD.md (section 9) says, on inputs where the answer is known."""
 
 from __future__ import annotations
 

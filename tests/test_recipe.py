@@ -1,4 +1,4 @@
-"""Factors, directions and futures are drawn as SPEC §5 says, from a stream private to each pair."""
+"""Factors, directions and futures are drawn as docs/METHOD.md (sections 3 and 5) says, from a stream private to each pair."""
 
 from __future__ import annotations
 

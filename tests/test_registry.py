@@ -1,4 +1,5 @@
-"""The shipped registry holds SPEC §4's 99 targets with the pairings and facts SPEC §3 gives."""
+"""The shipped registry holds the 99 targets of the four simulators, with the pairings and facts
+of the simulators' documented models (docs/METHOD.md, section 4)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 import pytest
 
-SPEC_TARGETS = {
+EXPECTED_TARGETS = {
     "opendc": [
         f"{m}_host-{h}"
         for h in (0, 1)
@@ -84,7 +85,7 @@ COVARIATE_COUNTS = {"opendc": 6, "gridlabd": 21, "epanet": 36, "sumo": 16}
 
 def test_registry_holds_exactly_the_99_spec_targets(registry):
     assert len(registry) == 99
-    for simulator, targets in SPEC_TARGETS.items():
+    for simulator, targets in EXPECTED_TARGETS.items():
         assert sorted(r.target for r in registry.relationships(simulator)) == sorted(targets)
 
 

@@ -1,4 +1,4 @@
-"""SPEC §3's rules hold for every registered relationship, and the checker catches violations."""
+"""The rules of docs/METHOD.md (section 4) hold for every registered relationship, and the checker catches violations."""
 
 from __future__ import annotations
 

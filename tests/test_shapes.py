@@ -1,4 +1,4 @@
-"""Event shapes follow SPEC §2 exactly, and the trajectory kernel matches the numpy reference."""
+"""Event shapes follow docs/METHOD.md (section 3) exactly, and the trajectory kernel matches the numpy reference."""
 
 from __future__ import annotations
 

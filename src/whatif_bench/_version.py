@@ -1,8 +1,7 @@
-"""The toolkit version, defined once (recorded in every generated file)."""
+"""The toolkit version, defined once (recorded in every generated file).
 
-from importlib.metadata import PackageNotFoundError, version
+``pyproject.toml`` reads it from here (``[tool.setuptools.dynamic]``); a literal rather than an
+``importlib.metadata`` look-up keeps ``whatif --version`` fast.
+"""
 
-try:
-    __version__ = version("whatif-bench")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+__version__ = "0.1.0"

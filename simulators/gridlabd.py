@@ -16,6 +16,7 @@ Two choices the SPEC leaves open, and why:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -29,6 +30,13 @@ INTERVAL_S = 60
 DEFAULT_DAYS = 14  # 20,160 steps at 60 s
 START = "2000-01-01 00:00:00"
 WEATHER_FILE = "723170TYA.CSV"  # pvlib/data: Greensboro Piedmont Triad Intl, NC (TMY3)
+# The recorded weather files pvlib ships: file name -> (GridLAB-D file name, what it is).
+# GridLAB-D's climate object picks its reader by extension: .tmy3 for TMY3, .tm2 for TMY2.
+WEATHER_FILES: dict[str, tuple[str, str]] = {
+    WEATHER_FILE: ("weather.tmy3", "TMY3, Greensboro NC"),
+    "703165TY.csv": ("weather.tmy3", "TMY3, Sand Point AK"),
+    "12839.tm2": ("weather.tm2", "TMY2, Miami FL"),
+}
 _INSTALL = "pip install 'whatif-bench[simulators]'  (installs gridlabd and pvlib)"
 
 # The ZIP load's settings; they are also the covariates' base values.
@@ -96,17 +104,21 @@ def _engine():
     return gridlabd
 
 
-def weather_path() -> Path:
-    """The recorded TMY3 weather file shipped by pvlib."""
+def weather_path(name: str = WEATHER_FILE) -> Path:
+    """The recorded weather file ``name`` shipped by pvlib (the benchmark's TMY3 by default)."""
+    if name not in WEATHER_FILES:
+        raise SimulatorError(
+            f"GridLAB-D: unknown weather file {name!r}; expected one of {list(WEATHER_FILES)}"
+        )
     try:
         import pvlib
     except ImportError as exc:
         raise SimulatorUnavailable(
             f"GridLAB-D's weather file comes from pvlib: {_INSTALL} ({exc})"
         ) from None
-    path = Path(pvlib.__file__).parent / "data" / WEATHER_FILE
+    path = Path(pvlib.__file__).parent / "data" / name
     if not path.is_file():
-        raise SimulatorUnavailable(f"pvlib is installed but ships no {WEATHER_FILE}")
+        raise SimulatorUnavailable(f"pvlib is installed but ships no {name}")
     return path
 
 
@@ -115,7 +127,7 @@ def _recorded_house_properties() -> str:
     return ",".join(t + (".real" if t == "hvac_power" else "") for t in HOUSE_TARGETS)
 
 
-def render_glm(stop: str, weather: str | None = "weather.tmy3") -> str:
+def render_glm(stop: str, weather: str | None = "weather.tmy3", start: str = START) -> str:
     """The feeder model as GLM text; ``weather=None`` leaves out the climate object."""
     zip_lines = "\n".join(f"        {key} {value};" for key, value in ZIP_SETTINGS.items())
     climate = (
@@ -127,7 +139,7 @@ def render_glm(stop: str, weather: str | None = "weather.tmy3") -> str:
 #set randomseed=20000101
 clock {{
     timezone EST+5EDT;
-    starttime '{START}';
+    starttime '{start}';
     stoptime '{stop}';
 }}
 module climate;
@@ -190,18 +202,44 @@ def require_house_temperatures(series: dict[str, np.ndarray]) -> None:
             )
 
 
-def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) -> Baselines:
-    """Run the feeder for ``days`` and return the 11 GridLAB-D targets at 60 s."""
+def _check_start(start: str | None) -> str:
+    """``start`` (``YYYY-MM-DD HH:MM:SS``) checked, or the benchmark's start."""
+    if start is None:
+        return START
+    try:
+        parsed = np.datetime64(str(start).replace(" ", "T"), "s")
+    except ValueError:
+        raise SimulatorError(f"GridLAB-D: start {start!r} is not 'YYYY-MM-DD HH:MM:SS'") from None
+    if str(parsed).replace("T", " ") != start:
+        raise SimulatorError(f"GridLAB-D: start {start!r} is not 'YYYY-MM-DD HH:MM:SS'")
+    return start
+
+
+def run(
+    days: float = DEFAULT_DAYS,
+    workdir: str | os.PathLike | None = None,
+    *,
+    weather_file: str = WEATHER_FILE,
+    start: str | None = None,
+) -> Baselines:
+    """Run the feeder for ``days`` and return the 11 GridLAB-D targets at 60 s.
+
+    ``weather_file`` names one of pvlib's recorded weather files (``WEATHER_FILES``) and
+    ``start`` (local time, ``YYYY-MM-DD HH:MM:SS``) moves the run within the weather year;
+    both default to the benchmark's base setting (Greensboro from ``START``).
+    """
     gridlabd = _engine()
     n_steps = int(round(days * 86400 / INTERVAL_S))
     if n_steps < 2:
         raise SimulatorError(f"GridLAB-D: {days} days gives fewer than 2 steps of {INTERVAL_S} s")
-    stop = np.datetime64(START.replace(" ", "T")) + np.timedelta64(n_steps * INTERVAL_S, "s")
-    glm = render_glm(str(stop).replace("T", " "))
-    weather = weather_path()
+    begin = _check_start(start)
+    weather = weather_path(weather_file)
+    weather_name, weather_what = WEATHER_FILES[weather_file]
+    stop = np.datetime64(begin.replace(" ", "T")) + np.timedelta64(n_steps * INTERVAL_S, "s")
+    glm = render_glm(str(stop).replace("T", " "), weather=weather_name, start=begin)
     with tempfile.TemporaryDirectory(prefix="whatif-gridlabd-", dir=workdir) as tmp:
         folder = Path(tmp)
-        (folder / "weather.tmy3").write_bytes(weather.read_bytes())
+        (folder / weather_name).write_bytes(weather.read_bytes())
         (folder / "model.glm").write_text(glm)
         engine = gridlabd.GridLabD()
         try:
@@ -229,7 +267,7 @@ def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) ->
         "heating_demand",
         *STATE_TARGETS,
     ]
-    return Baselines(
+    baselines = Baselines(
         simulator=NAME,
         simulator_version=f"GridLAB-D {getattr(gridlabd, '__version__', '?')} (gridlabd package)",
         interval_s=INTERVAL_S,
@@ -237,6 +275,13 @@ def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) ->
         series={name: series[name] for name in order},
         units=dict(UNITS),
         covariate_base_values={**ZIP_SETTINGS, **DERIVED_BASE_VALUES},
-        inputs={"model.glm": glm, "weather": f"pvlib/data/{WEATHER_FILE} (TMY3, Greensboro NC)"},
+        inputs={"model.glm": glm, "weather": f"pvlib/data/{weather_file} ({weather_what})"},
         notes="Weather: recorded TMY3 of Greensboro, North Carolina (USAF 723170), shipped by pvlib.",
+    )
+    if weather_file == WEATHER_FILE and begin == START:
+        return baselines
+    return dataclasses.replace(
+        baselines,
+        start=begin.replace(" ", "T"),
+        notes=f"Weather: recorded {weather_what} (pvlib/data/{weather_file}); run from {begin}.",
     )

@@ -156,10 +156,19 @@ def network_files() -> dict[str, str]:
 Profile = tuple[tuple[float, float, float], ...]
 
 
+def _whole(value: object) -> float:
+    """``value`` as a number, an int when it is whole (so route ids read ``h8``, not ``h8.0``)."""
+    number = float(value)  # type: ignore[arg-type]
+    return int(number) if number.is_integer() else number
+
+
 def check_profile(profile: object) -> Profile:
     """A daily profile checked: (start hour, end hour, veh/h) periods, in order, within a day."""
     try:
-        periods = tuple((float(a), float(b), float(rate)) for a, b, rate in profile)  # type: ignore[union-attr]
+        periods = tuple(
+            (_whole(a), _whole(b), _whole(rate))
+            for a, b, rate in profile  # type: ignore[union-attr]
+        )
     except (TypeError, ValueError):
         raise SimulatorError(
             f"SUMO: a daily profile is (start hour, end hour, veh/h) periods, got {profile!r}"

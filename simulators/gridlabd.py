@@ -104,12 +104,9 @@ def _engine():
     return gridlabd
 
 
-def weather_path(name: str = WEATHER_FILE) -> Path:
+def weather_path(name: str | None = None) -> Path:
     """The recorded weather file ``name`` shipped by pvlib (the benchmark's TMY3 by default)."""
-    if name not in WEATHER_FILES:
-        raise SimulatorError(
-            f"GridLAB-D: unknown weather file {name!r}; expected one of {list(WEATHER_FILES)}"
-        )
+    name = WEATHER_FILE if name is None else name
     try:
         import pvlib
     except ImportError as exc:
@@ -219,7 +216,7 @@ def run(
     days: float = DEFAULT_DAYS,
     workdir: str | os.PathLike | None = None,
     *,
-    weather_file: str = WEATHER_FILE,
+    weather_file: str | None = None,
     start: str | None = None,
 ) -> Baselines:
     """Run the feeder for ``days`` and return the 11 GridLAB-D targets at 60 s.
@@ -233,8 +230,14 @@ def run(
     if n_steps < 2:
         raise SimulatorError(f"GridLAB-D: {days} days gives fewer than 2 steps of {INTERVAL_S} s")
     begin = _check_start(start)
+    if weather_file is not None and weather_file not in WEATHER_FILES:
+        raise SimulatorError(
+            f"GridLAB-D: unknown weather file {weather_file!r}; expected one of "
+            f"{list(WEATHER_FILES)}"
+        )
+    weather_file = WEATHER_FILE if weather_file is None else weather_file
     weather = weather_path(weather_file)
-    weather_name, weather_what = WEATHER_FILES[weather_file]
+    weather_name, weather_what = WEATHER_FILES.get(weather_file, ("weather.tmy3", "TMY3"))
     stop = np.datetime64(begin.replace(" ", "T")) + np.timedelta64(n_steps * INTERVAL_S, "s")
     glm = render_glm(str(stop).replace("T", " "), weather=weather_name, start=begin)
     with tempfile.TemporaryDirectory(prefix="whatif-gridlabd-", dir=workdir) as tmp:

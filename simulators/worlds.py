@@ -41,11 +41,11 @@ class WorldError(WhatIfError, ValueError):
     """A training world is unknown or malformed, or its cache file cannot be used."""
 
 
-# Keyword parameters each wrapper's ``run`` takes, with the value that reproduces the benchmark.
-BENCHMARK_PARAMS: dict[str, dict[str, object]] = {
-    "epanet": {"demand_pattern": None, "pattern_step_s": None},
-    "gridlabd": {"weather_file": gridlabd.WEATHER_FILE, "start": None},
-    "sumo": {"seed": sumo.SEED, "profile": sumo.DAILY_PROFILE},
+# Keyword parameters each wrapper's ``run`` takes, with the values that give the benchmark's.
+BENCHMARK_PARAMS: dict[str, dict[str, tuple[object, ...]]] = {
+    "epanet": {"demand_pattern": (None,), "pattern_step_s": (None,)},
+    "gridlabd": {"weather_file": (None, gridlabd.WEATHER_FILE), "start": (None, gridlabd.START)},
+    "sumo": {"seed": (sumo.SEED,), "profile": (sumo.DAILY_PROFILE,)},
     "opendc": {},
 }
 _RUNNERS = {"epanet": epanet.run, "gridlabd": gridlabd.run, "sumo": sumo.run}
@@ -99,7 +99,7 @@ class WorldSetting:
             raise WorldError(f"world {self.name!r}: parameter values must be hashable") from None
         if keys != sorted(keys):
             object.__setattr__(self, "params", tuple(sorted(self.params)))
-        if all(value == allowed[key] for key, value in self.params):
+        if all(value in allowed[key] for key, value in self.params):
             raise WorldError(
                 f"world {self.name!r}: its parameters are the benchmark's own base setting; "
                 "a training world must differ from the benchmark"

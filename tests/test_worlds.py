@@ -126,6 +126,10 @@ def test_unknown_world_or_simulator_lists_the_valid_names():
         ({"params": (("seed", [3]),)}, "hashable"),
         ({"params": (("seed", 42),)}, "benchmark's own base setting"),
         ({"params": ()}, "benchmark's own base setting"),
+        (
+            {"simulator": "gridlabd", "params": (("start", gridlabd.START),)},
+            "benchmark's own base setting",
+        ),
     ],
 )
 def test_malformed_world_settings_are_refused_naming_the_field(fields, message):

@@ -124,8 +124,10 @@ def _recorded_house_properties() -> str:
     return ",".join(t + (".real" if t == "hvac_power" else "") for t in HOUSE_TARGETS)
 
 
-def render_glm(stop: str, weather: str | None = "weather.tmy3", start: str = START) -> str:
-    """The feeder model as GLM text; ``weather=None`` leaves out the climate object."""
+def render_glm(stop: str, weather: str | None = "weather.tmy3", start: str | None = None) -> str:
+    """The feeder model as GLM text; ``weather=None`` leaves out the climate object and
+    ``start`` defaults to ``START``."""
+    start = START if start is None else start
     zip_lines = "\n".join(f"        {key} {value};" for key, value in ZIP_SETTINGS.items())
     climate = (
         f'object climate {{ name weather; tmyfile "{weather}"; interpolate QUADRATIC; }}'
@@ -223,7 +225,10 @@ def run(
 
     ``weather_file`` names one of pvlib's recorded weather files (``WEATHER_FILES``) and
     ``start`` (local time, ``YYYY-MM-DD HH:MM:SS``) moves the run within the weather year;
-    both default to the benchmark's base setting (Greensboro from ``START``).
+    both default to the benchmark's base setting (Greensboro from ``START``). A run across a
+    daylight-saving change (the clock is EST+5EDT) is not supported: across the spring change
+    the recorders write an hour less and the run fails with a row-count ``SimulatorError``
+    (the autumn change is unchecked); choose a period without one.
     """
     gridlabd = _engine()
     n_steps = int(round(days * 86400 / INTERVAL_S))

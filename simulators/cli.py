@@ -124,3 +124,110 @@ def _plot(args: argparse.Namespace) -> int:
         path = out / f"{safe_name(name, 'simulator name')}.png"
         print(f"wrote {plot_overview(item, path)}")
     return 0
+
+
+def add_worlds_arguments(parser: argparse.ArgumentParser) -> None:
+    from whatif_bench.simulators.worlds import CACHE_ENV, DEFAULT_CACHE, TRAINING_WORLDS
+
+    sims = list(TRAINING_WORLDS)
+    sub = parser.add_subparsers(dest="action", required=True)
+    listing = sub.add_parser("list", help="list the training worlds")
+    listing.add_argument(
+        "--simulator",
+        choices=sims,
+        help="only this simulator's worlds (default: every simulator)",
+    )
+    listing.add_argument(
+        "--json", action="store_true", help="print JSON, one object per world (default: a table)"
+    )
+    listing.set_defaults(handler=_worlds_list)
+    build = sub.add_parser(
+        "build", help="run training worlds into the cache (each only once unless --rebuild)"
+    )
+    build.add_argument(
+        "--simulator",
+        action="append",
+        choices=sims,
+        help="only this simulator's worlds; repeat for several (default: every simulator)",
+    )
+    build.add_argument(
+        "--world",
+        action="append",
+        metavar="NAME",
+        help="only this world (see 'whatif worlds list'); repeat for several (default: all)",
+    )
+    build.add_argument(
+        "--cache",
+        help=f"cache folder (default: ${CACHE_ENV}, else {DEFAULT_CACHE})",
+    )
+    build.add_argument(
+        "--days",
+        type=positive_float,
+        help="simulated days, a number > 0 (default: each simulator's benchmark run)",
+    )
+    build.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="run the worlds again and replace their cache files (default: off)",
+    )
+    build.set_defaults(
+        handler=_worlds_build, interrupt_note="worlds already built are kept in the cache"
+    )
+
+
+def _worlds_list(args: argparse.Namespace) -> int:
+    import json
+
+    from whatif_bench.simulators.worlds import training_worlds
+
+    worlds = training_worlds(None if args.simulator is None else [args.simulator])
+    if args.json:
+        print(json.dumps([world.to_dict() for world in worlds], indent=2))
+        return 0
+    width = max((len(world.name) for world in worlds), default=0)
+    for world in worlds:
+        print(f"{world.name:<{width}}  {world.simulator:<8}  {world.description}")
+    return 0
+
+
+def _worlds_build(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from whatif_bench.simulators.worlds import (
+        TRAINING_WORLDS,
+        WorldCache,
+        get_world,
+        training_worlds,
+    )
+
+    if args.world:
+        worlds = [get_world(name) for name in dict.fromkeys(args.world)]
+        if args.simulator:
+            worlds = [world for world in worlds if world.simulator in args.simulator]
+    else:
+        worlds = training_worlds(args.simulator)
+    if not worlds:
+        empty = [sim for sim in args.simulator or () if not TRAINING_WORLDS[sim]]
+        raise WhatIfError(
+            "no training world matches the --simulator and --world options"
+            + (
+                f" ({', '.join(empty)} has no training worlds: no backend runs here)"
+                if empty
+                else ""
+            )
+        )
+    cache = WorldCache(args.cache)
+    progress = tqdm(worlds, desc="building", unit="world", file=sys.stderr)
+    for world in progress:
+        progress.set_description(f"running {world.name}")
+        started = time.perf_counter()
+        runs = cache.runs
+        baselines = cache.get(world, args.days, rebuild=args.rebuild)
+        how = f"ran in {time.perf_counter() - started:.1f} s" if cache.runs > runs else "cached"
+        progress.write(
+            f"{world.name}: {len(baselines.series)} series x {baselines.n_steps} steps, {how} "
+            f"(hash {baselines.content_hash()[:12]})",
+            file=sys.stderr,
+        )
+    print(f"{len(worlds)} training world(s) in {cache.folder}")
+    return 0

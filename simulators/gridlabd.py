@@ -16,6 +16,7 @@ Two choices made here, and why:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -34,6 +35,13 @@ DEFAULT_DAYS = 14  # 20,160 steps at 60 s
 # January crosses into TMY months recorded in other years (February: 1996), still dated 1988.
 START = "1988-01-01 00:00:00"  # Friday; GLM clock in local standard time
 WEATHER_FILE = "723170TYA.CSV"  # pvlib/data: Greensboro Piedmont Triad Intl, NC (TMY3)
+# The recorded weather files pvlib ships: file name -> (GridLAB-D file name, what it is).
+# GridLAB-D's climate object picks its reader by extension: .tmy3 for TMY3, .tm2 for TMY2.
+WEATHER_FILES: dict[str, tuple[str, str]] = {
+    WEATHER_FILE: ("weather.tmy3", "TMY3, Greensboro NC"),
+    "703165TY.csv": ("weather.tmy3", "TMY3, Sand Point AK"),
+    "12839.tm2": ("weather.tm2", "TMY2, Miami FL"),
+}
 _INSTALL = "pip install 'whatif-bench[simulators]'  (installs gridlabd and pvlib)"
 
 # The ZIP load's settings; they are also the covariates' base values.
@@ -101,17 +109,18 @@ def _engine():
     return gridlabd
 
 
-def weather_path() -> Path:
-    """The recorded TMY3 weather file shipped by pvlib."""
+def weather_path(name: str | None = None) -> Path:
+    """The recorded weather file ``name`` shipped by pvlib (the benchmark's TMY3 by default)."""
+    name = WEATHER_FILE if name is None else name
     try:
         import pvlib
     except ImportError as exc:
         raise SimulatorUnavailable(
             f"GridLAB-D's weather file comes from pvlib: {_INSTALL} ({exc})"
         ) from None
-    path = Path(pvlib.__file__).parent / "data" / WEATHER_FILE
+    path = Path(pvlib.__file__).parent / "data" / name
     if not path.is_file():
-        raise SimulatorUnavailable(f"pvlib is installed but ships no {WEATHER_FILE}")
+        raise SimulatorUnavailable(f"pvlib is installed but ships no {name}")
     return path
 
 
@@ -120,8 +129,10 @@ def _recorded_house_properties() -> str:
     return ",".join(t + (".real" if t == "hvac_power" else "") for t in HOUSE_TARGETS)
 
 
-def render_glm(stop: str, weather: str | None = "weather.tmy3") -> str:
-    """The feeder model as GLM text; ``weather=None`` leaves out the climate object."""
+def render_glm(stop: str, weather: str | None = "weather.tmy3", start: str | None = None) -> str:
+    """The feeder model as GLM text; ``weather=None`` leaves out the climate object and
+    ``start`` defaults to ``START``."""
+    start = START if start is None else start
     zip_lines = "\n".join(f"        {key} {value};" for key, value in ZIP_SETTINGS.items())
     climate = (
         f'object climate {{ name weather; tmyfile "{weather}"; interpolate QUADRATIC; }}'
@@ -132,7 +143,7 @@ def render_glm(stop: str, weather: str | None = "weather.tmy3") -> str:
 #set randomseed=20000101
 clock {{
     timezone EST+5EDT;
-    starttime '{START}';
+    starttime '{start}';
     stoptime '{stop}';
 }}
 module climate;
@@ -195,18 +206,53 @@ def require_house_temperatures(series: dict[str, np.ndarray]) -> None:
             )
 
 
-def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) -> Baselines:
-    """Run the feeder for ``days`` and return the 11 GridLAB-D targets at 60 s."""
+def _check_start(start: str | None) -> str:
+    """``start`` (``YYYY-MM-DD HH:MM:SS``) checked, or the benchmark's start."""
+    if start is None:
+        return START
+    try:
+        parsed = np.datetime64(str(start).replace(" ", "T"), "s")
+    except ValueError:
+        raise SimulatorError(f"GridLAB-D: start {start!r} is not 'YYYY-MM-DD HH:MM:SS'") from None
+    if str(parsed).replace("T", " ") != start:
+        raise SimulatorError(f"GridLAB-D: start {start!r} is not 'YYYY-MM-DD HH:MM:SS'")
+    return start
+
+
+def run(
+    days: float = DEFAULT_DAYS,
+    workdir: str | os.PathLike | None = None,
+    *,
+    weather_file: str | None = None,
+    start: str | None = None,
+) -> Baselines:
+    """Run the feeder for ``days`` and return the 11 GridLAB-D targets at 60 s.
+
+    ``weather_file`` names one of pvlib's recorded weather files (``WEATHER_FILES``) and
+    ``start`` (local time, ``YYYY-MM-DD HH:MM:SS``) moves the run within the weather year;
+    both default to the benchmark's base setting (Greensboro from ``START``). A run across a
+    daylight-saving change (the clock is EST+5EDT) is not supported: across the spring change
+    the recorders write an hour less and the run fails with a row-count ``SimulatorError``
+    (the autumn change is unchecked); choose a period without one.
+    """
     gridlabd = _engine()
     n_steps = int(round(days * 86400 / INTERVAL_S))
     if n_steps < 2:
         raise SimulatorError(f"GridLAB-D: {days} days gives fewer than 2 steps of {INTERVAL_S} s")
-    stop = np.datetime64(START.replace(" ", "T")) + np.timedelta64(n_steps * INTERVAL_S, "s")
-    glm = render_glm(str(stop).replace("T", " "))
-    weather = weather_path()
+    begin = _check_start(start)
+    if weather_file is not None and weather_file not in WEATHER_FILES:
+        raise SimulatorError(
+            f"GridLAB-D: unknown weather file {weather_file!r}; expected one of "
+            f"{list(WEATHER_FILES)}"
+        )
+    weather_file = WEATHER_FILE if weather_file is None else weather_file
+    weather = weather_path(weather_file)
+    weather_name, weather_what = WEATHER_FILES.get(weather_file, ("weather.tmy3", "TMY3"))
+    stop = np.datetime64(begin.replace(" ", "T")) + np.timedelta64(n_steps * INTERVAL_S, "s")
+    glm = render_glm(str(stop).replace("T", " "), weather=weather_name, start=begin)
     with tempfile.TemporaryDirectory(prefix="whatif-gridlabd-", dir=workdir) as tmp:
         folder = Path(tmp)
-        (folder / "weather.tmy3").write_bytes(weather.read_bytes())
+        (folder / weather_name).write_bytes(weather.read_bytes())
         (folder / "model.glm").write_text(glm)
         engine = gridlabd.GridLabD()
         try:
@@ -234,7 +280,7 @@ def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) ->
         "heating_demand",
         *STATE_TARGETS,
     ]
-    return Baselines(
+    baselines = Baselines(
         simulator=NAME,
         simulator_version=f"GridLAB-D {getattr(gridlabd, '__version__', '?')} (gridlabd package)",
         interval_s=INTERVAL_S,
@@ -242,6 +288,13 @@ def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) ->
         series={name: series[name] for name in order},
         units=dict(UNITS),
         covariate_base_values={**ZIP_SETTINGS, **DERIVED_BASE_VALUES},
-        inputs={"model.glm": glm, "weather": f"pvlib/data/{WEATHER_FILE} (TMY3, Greensboro NC)"},
+        inputs={"model.glm": glm, "weather": f"pvlib/data/{weather_file} ({weather_what})"},
         notes="Weather: recorded TMY3 of Greensboro, North Carolina (USAF 723170), shipped by pvlib.",
+    )
+    if weather_file == WEATHER_FILE and begin == START:
+        return baselines
+    return dataclasses.replace(
+        baselines,
+        start=begin.replace(" ", "T"),
+        notes=f"Weather: recorded {weather_what} (pvlib/data/{weather_file}); run from {begin}.",
     )

@@ -158,13 +158,46 @@ def network_files() -> dict[str, str]:
     }
 
 
-def route_file(days: float) -> str:
+Profile = tuple[tuple[float, float, float], ...]
+
+
+def _whole(value: object) -> float:
+    """``value`` as a number, an int when it is whole (so route ids read ``h8``, not ``h8.0``)."""
+    number = float(value)  # type: ignore[arg-type]
+    return int(number) if number.is_integer() else number
+
+
+def check_profile(profile: object) -> Profile:
+    """A daily profile checked: (start hour, end hour, veh/h) periods, in order, within a day."""
+    try:
+        periods = tuple(
+            (_whole(a), _whole(b), _whole(rate))
+            for a, b, rate in profile  # type: ignore[union-attr]
+        )
+    except (TypeError, ValueError):
+        raise SimulatorError(
+            f"SUMO: a daily profile is (start hour, end hour, veh/h) periods, got {profile!r}"
+        ) from None
+    previous_end = 0.0
+    for start_h, end_h, rate in periods:
+        if not (previous_end <= start_h < end_h <= 24 and np.isfinite(rate) and rate >= 0):
+            raise SimulatorError(
+                "SUMO: daily profile periods must be in order within 0-24 h with a rate >= 0, "
+                f"got {(start_h, end_h, rate)}"
+            )
+        previous_end = end_h
+    if not periods:
+        raise SimulatorError("SUMO: a daily profile needs at least one period")
+    return periods
+
+
+def route_file(days: float, profile: Profile = DAILY_PROFILE) -> str:
     """The vehicle type and the four through-flows, period by period, for ``days`` days."""
     attributes = " ".join(f'{k}="{v:g}"' for k, v in VEHICLE_TYPE.items())
     lines = ["<routes>", f'    <vType id="car" vClass="passenger" {attributes}/>']
     end_of_run = days * 86400
     for day in range(int(np.ceil(days))):
-        for start_h, end_h, total in DAILY_PROFILE:
+        for start_h, end_h, total in profile:
             begin = day * 86400 + start_h * 3600
             end = min(day * 86400 + end_h * 3600, end_of_run)
             if begin >= end:
@@ -270,14 +303,29 @@ def parse_outputs(folder: Path, n_steps: int) -> tuple[dict[str, np.ndarray], di
     return {name: series[name] for name in TARGETS}, {name: units[name] for name in TARGETS}
 
 
-def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) -> Baselines:
-    """Build the intersection, run SUMO for ``days`` and return the 29 targets at 300 s."""
+def run(
+    days: float = DEFAULT_DAYS,
+    workdir: str | os.PathLike | None = None,
+    *,
+    seed: int = SEED,
+    profile: Profile = DAILY_PROFILE,
+) -> Baselines:
+    """Build the intersection, run SUMO for ``days`` and return the 29 targets at 300 s.
+
+    ``seed`` is SUMO's random seed (the network is always built with ``SEED``) and ``profile``
+    the daily demand, (start hour, end hour, veh/h of the whole intersection) periods; both
+    default to the benchmark's base setting.
+    """
     import sumolib
 
     sumo, netconvert = binaries()
     n_steps = int(round(days * 86400 / INTERVAL_S))
     if n_steps < 2:
         raise SimulatorError(f"SUMO: {days} days gives fewer than 2 steps of {INTERVAL_S} s")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise SimulatorError(f"SUMO: seed must be a whole number in 0..2**31-1, got {seed!r}")
+    if profile is not DAILY_PROFILE:
+        profile = check_profile(profile)
     inputs = network_files()
     with tempfile.TemporaryDirectory(prefix="whatif-sumo-", dir=workdir) as tmp:
         folder = Path(tmp)
@@ -308,7 +356,7 @@ def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) ->
         lane_lengths = {
             lane.getID(): lane.getLength() for edge in net.getEdges() for lane in edge.getLanes()
         }
-        inputs["routes.rou.xml"] = route_file(days)
+        inputs["routes.rou.xml"] = route_file(days, profile)
         inputs["detectors.add.xml"] = detector_file(lane_lengths)
         for name in ("routes.rou.xml", "detectors.add.xml"):
             (folder / name).write_text(inputs[name])
@@ -326,7 +374,7 @@ def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) ->
                 "--end",
                 str(n_steps * INTERVAL_S),
                 "--seed",
-                str(SEED),
+                str(seed),
                 "--step-length",
                 "1",
                 "--no-step-log",
@@ -354,5 +402,5 @@ def run(days: float = DEFAULT_DAYS, workdir: str | os.PathLike | None = None) ->
         units=units,
         covariate_base_values={**VEHICLE_TYPE, "offset": float(SIGNAL_OFFSET_S)},
         inputs=inputs,
-        notes=f"Seed {SEED}; daily profile {DAILY_PROFILE} (veh/h, whole intersection).",
+        notes=f"Seed {seed}; daily profile {profile} (veh/h, whole intersection).",
     )

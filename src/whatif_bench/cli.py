@@ -37,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim_cli.add_baselines_arguments(
         subparsers.add_parser("baselines", help="inspect or plot a baselines file")
     )
+    sim_cli.add_worlds_arguments(
+        subparsers.add_parser(
+            "worlds", help="training worlds: real simulator runs the benchmark never uses"
+        )
+    )
     from whatif_bench.generator import cli as gen_cli
 
     gen_cli.add_arguments(subparsers)

@@ -1,0 +1,398 @@
+"""Training worlds: real simulator runs on base settings the benchmark never uses.
+
+A forecaster trained on an endless stream of tasks must not see the benchmark's baselines. A
+training world is the benchmark's simulator with one or more settings changed that are *not*
+covariates (a demand pattern, the weather, a random seed), so the series are new while the
+targets, their units and every covariate's base value stay those of the benchmark and the
+registry's relationships apply unchanged. Every series comes from a real run of the simulator
+through its wrapper (``epanet.run``, ``gridlabd.run``, ``sumo.run``); nothing is synthesised.
+
+OpenDC has no training world: it does not install from the package index and no backend runs
+here, so none of its runs could be checked against the benchmark (``TRAINING_WORLDS["opendc"]``
+is empty).
+
+``WorldCache`` keeps each world's run as a one-simulator baselines file (``store.py``), built
+once under a lock and re-checked on every read; ``whatif worlds {list,build}`` is the command
+line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from whatif_bench.errors import WhatIfError
+from whatif_bench.outputs import OutputLockedError, is_safe_name, output_lock, safe_name
+from whatif_bench.simulators import epanet, gridlabd, sumo
+from whatif_bench.simulators.base import Baselines
+from whatif_bench.simulators.catalog import SIMULATORS
+
+CACHE_ENV = "WHATIF_WORLDS"
+DEFAULT_CACHE = Path("~/.cache/whatif-bench/worlds")
+SETTING_INPUT = "world.json"  # the input "file" of a world's Baselines that records its setting
+
+
+class WorldError(WhatIfError, ValueError):
+    """A training world is unknown or malformed, or its cache file cannot be used."""
+
+
+# Keyword parameters each wrapper's ``run`` takes, with the values that give the benchmark's.
+BENCHMARK_PARAMS: dict[str, dict[str, tuple[object, ...]]] = {
+    "epanet": {"demand_pattern": (None,), "pattern_step_s": (None,)},
+    "gridlabd": {"weather_file": (None, gridlabd.WEATHER_FILE), "start": (None, gridlabd.START)},
+    "sumo": {"seed": (sumo.SEED,), "profile": (sumo.DAILY_PROFILE,)},
+    "opendc": {},
+}
+_RUNNERS = {"epanet": epanet.run, "gridlabd": gridlabd.run, "sumo": sumo.run}
+
+
+@dataclass(frozen=True)
+class WorldSetting:
+    """One training world: what differs from the benchmark's base setting of ``simulator``.
+
+    ``name`` is globally unique and a safe file name; ``description`` is one line for humans;
+    ``params`` are (keyword, value) pairs passed to the simulator wrapper's ``run`` (values
+    hashable, e.g. tuples), sorted by keyword.
+    """
+
+    name: str
+    simulator: str
+    description: str
+    params: tuple[tuple[str, object], ...]
+
+    def __post_init__(self) -> None:
+        if not is_safe_name(self.name):
+            raise WorldError(
+                f"world name {self.name!r} is not a safe file name (letters, digits, . _ + - = @)"
+            )
+        if self.simulator not in _RUNNERS:
+            raise WorldError(
+                f"world {self.name!r}: simulator {self.simulator!r} has no training worlds; "
+                f"expected one of {sorted(_RUNNERS)}"
+            )
+        if not isinstance(self.description, str) or not self.description.strip():
+            raise WorldError(f"world {self.name!r}: description must be non-empty text")
+        if "\n" in self.description:
+            raise WorldError(f"world {self.name!r}: description must be one line")
+        if not isinstance(self.params, tuple) or not all(
+            isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in self.params
+        ):
+            raise WorldError(f"world {self.name!r}: params must be a tuple of (keyword, value)")
+        allowed = BENCHMARK_PARAMS[self.simulator]
+        keys = [key for key, _ in self.params]
+        unknown = sorted(set(keys) - set(allowed))
+        if unknown:
+            raise WorldError(
+                f"world {self.name!r}: unknown parameter(s) {unknown} for {self.simulator}; "
+                f"expected some of {sorted(allowed)}"
+            )
+        if len(set(keys)) != len(keys):
+            raise WorldError(f"world {self.name!r}: a parameter is given twice: {keys}")
+        try:
+            hash(self.params)
+        except TypeError:
+            raise WorldError(f"world {self.name!r}: parameter values must be hashable") from None
+        if keys != sorted(keys):
+            object.__setattr__(self, "params", tuple(sorted(self.params)))
+        if all(value in allowed[key] for key, value in self.params):
+            raise WorldError(
+                f"world {self.name!r}: its parameters are the benchmark's own base setting; "
+                "a training world must differ from the benchmark"
+            )
+
+    def kwargs(self) -> dict[str, object]:
+        """``params`` as keyword arguments of the wrapper's ``run``."""
+        return dict(self.params)
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready description (tuples become lists)."""
+        return {
+            "name": self.name,
+            "simulator": self.simulator,
+            "description": self.description,
+            "params": {key: _plain(value) for key, value in self.params},
+        }
+
+
+def _plain(value: object) -> object:
+    return [_plain(v) for v in value] if isinstance(value, tuple | list) else value
+
+
+# Net1's own demand pattern: 12 multipliers at 2 h steps, peak 1.6 at 06:00-08:00. (Shifting it
+# in time is no training world: the tank and pump settle into the same daily cycle, so the run
+# repeats whole days of the benchmark a few hours later.)
+_NET1 = (1.0, 1.2, 1.4, 1.6, 1.4, 1.2, 1.0, 0.8, 0.6, 0.4, 0.6, 0.8)
+# A residential day at 1 h steps: low at night, a morning peak at 07-09 and an evening peak at
+# 18-20 (mean 0.99, the same daily volume as Net1's pattern within 1 %).
+_RESIDENTIAL = (
+    *(0.5, 0.45, 0.4, 0.4, 0.45, 0.6, 1.0, 1.45, 1.5, 1.3, 1.15, 1.1),
+    *(1.1, 1.05, 1.0, 1.0, 1.1, 1.3, 1.5, 1.55, 1.35, 1.1, 0.8, 0.6),
+)
+# An office district's week at 1 h steps: working days high from 08 to 18, weekends low all day.
+_OFFICE_WORKDAY = (
+    *(0.4, 0.4, 0.4, 0.4, 0.4, 0.5, 0.8, 1.4, 1.7, 1.7, 1.6, 1.5),
+    *(1.5, 1.6, 1.6, 1.5, 1.3, 1.0, 0.8, 0.6, 0.5, 0.5, 0.4, 0.4),
+)
+_OFFICE_WEEKEND = (
+    *(0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.45, 0.5, 0.6, 0.7, 0.75, 0.75),
+    *(0.75, 0.7, 0.7, 0.65, 0.6, 0.6, 0.55, 0.5, 0.5, 0.45, 0.4, 0.4),
+)
+
+TRAINING_WORLDS: dict[str, tuple[WorldSetting, ...]] = {
+    "epanet": (
+        WorldSetting(
+            "epanet-demand-residential",
+            "epanet",
+            "Net1 with a residential double-peak day (1 h steps) instead of its 2 h pattern",
+            (("demand_pattern", _RESIDENTIAL), ("pattern_step_s", 3600)),
+        ),
+        WorldSetting(
+            "epanet-demand-office-week",
+            "epanet",
+            "Net1 with an office district's week: busy 08-18 on five workdays, quiet weekends",
+            (
+                ("demand_pattern", (*_OFFICE_WORKDAY * 5, *_OFFICE_WEEKEND * 2)),
+                ("pattern_step_s", 3600),
+            ),
+        ),
+        WorldSetting(
+            "epanet-demand-night-irrigation",
+            "epanet",
+            "Net1's demand pattern plus 0.6 from 22:00 to 02:00 (night-time garden irrigation)",
+            (("demand_pattern", (1.6, *_NET1[1:-1], 1.4)),),
+        ),
+        WorldSetting(
+            "epanet-demand-summer",
+            "epanet",
+            "Net1's demand pattern scaled by 1.25 (summer use); base demands unchanged",
+            (("demand_pattern", tuple(round(1.25 * m, 6) for m in _NET1)),),
+        ),
+    ),
+    "gridlabd": (
+        WorldSetting(
+            "gridlabd-greensboro-february",
+            "gridlabd",
+            "the same house two weeks from 5 February in Greensboro (benchmark: January)",
+            (("start", "2000-02-05 00:00:00"),),
+        ),
+        WorldSetting(
+            "gridlabd-greensboro-december",
+            "gridlabd",
+            "the same house two weeks from 1 December in Greensboro",
+            (("start", "2000-12-01 00:00:00"),),
+        ),
+        WorldSetting(
+            "gridlabd-greensboro-july",
+            "gridlabd",
+            "the same house two weeks from 8 July in Greensboro (cooling season)",
+            (("start", "2000-07-08 00:00:00"),),
+        ),
+        WorldSetting(
+            "gridlabd-sandpoint-january",
+            "gridlabd",
+            "the same house in January at Sand Point, Alaska (pvlib's 703165 TMY3 file)",
+            (("weather_file", "703165TY.csv"),),
+        ),
+        WorldSetting(
+            "gridlabd-miami-january",
+            "gridlabd",
+            "the same house in January in Miami, Florida (pvlib's 12839 TMY2 file)",
+            (("weather_file", "12839.tm2"),),
+        ),
+    ),
+    "sumo": (
+        WorldSetting(
+            "sumo-seed-7",
+            "sumo",
+            "the benchmark intersection and demand with SUMO's random seed 7 (benchmark: 42)",
+            (("seed", 7),),
+        ),
+        WorldSetting(
+            "sumo-seed-2024",
+            "sumo",
+            "the benchmark intersection and demand with SUMO's random seed 2024",
+            (("seed", 2024),),
+        ),
+        WorldSetting(
+            "sumo-demand-weekend",
+            "sumo",
+            "a weekend-like day: no commuter peaks, one broad midday high of 1,400 veh/h",
+            (
+                (
+                    "profile",
+                    ((0, 8, 150), (8, 11, 900), (11, 18, 1400), (18, 22, 1000), (22, 24, 300)),
+                ),
+            ),
+        ),
+        WorldSetting(
+            "sumo-demand-peaks-later",
+            "sumo",
+            "both commuter peaks one hour later and 15 % lighter (1,700 veh/h)",
+            (
+                (
+                    "profile",
+                    ((0, 7, 120), (7, 10, 1700), (10, 17, 900), (17, 20, 1700), (20, 24, 500)),
+                ),
+            ),
+        ),
+    ),
+    "opendc": (),  # no OpenDC backend runs here (see the module docstring)
+}
+
+
+def training_worlds(simulators: Iterable[str] | None = None) -> list[WorldSetting]:
+    """The training worlds of ``simulators`` (default: all), in ``TRAINING_WORLDS`` order."""
+    if simulators is None:
+        wanted = set(TRAINING_WORLDS)
+    else:
+        wanted = {simulators} if isinstance(simulators, str) else set(simulators)
+        unknown = sorted(str(s) for s in wanted - set(TRAINING_WORLDS))
+        if unknown:
+            raise WorldError(
+                f"unknown simulator(s) {unknown}; expected some of {list(TRAINING_WORLDS)}"
+            )
+    return [world for sim, worlds in TRAINING_WORLDS.items() if sim in wanted for world in worlds]
+
+
+def get_world(name: str) -> WorldSetting:
+    """The training world called ``name``; the error lists the valid names."""
+    for world in training_worlds():
+        if world.name == name:
+            return world
+    raise WorldError(
+        f"unknown training world {name!r}; expected one of {[w.name for w in training_worlds()]}"
+    )
+
+
+def default_days(simulator: str) -> float:
+    """The benchmark run's length of ``simulator`` in days (every context length fits)."""
+    return float(SIMULATORS[simulator].default_days)
+
+
+def _resolve_days(setting: WorldSetting, days: float | None) -> float:
+    if days is None:
+        return default_days(setting.simulator)
+    if isinstance(days, bool) or not isinstance(days, int | float) or not 0 < days < float("inf"):
+        raise WorldError(f"world {setting.name!r}: days must be a finite number > 0, got {days!r}")
+    return float(days)
+
+
+def setting_record(setting: WorldSetting, days: float) -> str:
+    """The JSON text a world's Baselines records as its ``world.json`` input."""
+    return json.dumps({**setting.to_dict(), "days": days}, sort_keys=True)
+
+
+def run_world(
+    setting: WorldSetting, days: float | None = None, workdir: str | os.PathLike | None = None
+) -> Baselines:
+    """Run the real simulator of ``setting`` for ``days`` (default: the benchmark's length).
+
+    The returned Baselines record the setting as the input ``world.json`` (so its content hash
+    differs from every other world's and from the benchmark's) and name it in ``notes``.
+    """
+    if not isinstance(setting, WorldSetting):
+        raise WorldError(f"expected a WorldSetting, got {type(setting).__name__}")
+    days = _resolve_days(setting, days)
+    baselines = _RUNNERS[setting.simulator](days=days, workdir=workdir, **setting.kwargs())
+    return replace(
+        baselines,
+        inputs={**baselines.inputs, SETTING_INPUT: setting_record(setting, days)},
+        notes=f"Training world {setting.name}: {setting.description}. {baselines.notes}",
+    )
+
+
+class WorldCache:
+    """Training-world runs kept as baselines files in ``folder``, each built once.
+
+    ``folder`` defaults to ``$WHATIF_WORLDS`` or ``~/.cache/whatif-bench/worlds``. A world is
+    run by at most one process at a time (a lock beside its file; others wait for it) and its
+    file appears only when complete. ``runs`` counts the simulations this object ran.
+    """
+
+    poll_s = 0.2  # how often a waiting process looks at a world another process is building
+
+    def __init__(self, folder: str | os.PathLike | None = None) -> None:
+        if folder is None:
+            folder = os.environ.get(CACHE_ENV) or DEFAULT_CACHE.expanduser()
+        self.folder = Path(folder)
+        self.runs = 0
+
+    def path(self, setting: WorldSetting, days: float | None = None) -> Path:
+        """The cache file of ``setting`` run for ``days`` (default: the benchmark's length)."""
+        days = _resolve_days(setting, days)
+        name = safe_name(setting.name, "world name")
+        if days != default_days(setting.simulator):
+            name += f"-{days:g}d"
+        return self.folder / f"{name}.h5"
+
+    def cached(self, setting: WorldSetting, days: float | None = None) -> bool:
+        """Whether the run of ``setting`` for ``days`` is in the cache (not checked)."""
+        return self.path(setting, days).is_file()
+
+    def get(
+        self, setting: WorldSetting, days: float | None = None, *, rebuild: bool = False
+    ) -> Baselines:
+        """The cached run of ``setting``, or run it once, store it and return it.
+
+        ``rebuild`` runs the world again and replaces its file. A corrupt cache file is a
+        ``WorldError`` naming the file and how to rebuild it.
+        """
+        days = _resolve_days(setting, days)
+        path = self.path(setting, days)
+        if not rebuild and path.is_file():
+            found = self._read(setting, days, path)
+            if found is not None:
+                return found
+        with self._building(path):
+            if not rebuild and path.is_file():  # another process built it while we waited
+                found = self._read(setting, days, path)
+                if found is not None:
+                    return found
+            from whatif_bench.simulators.store import write_baselines
+
+            baselines = run_world(setting, days)
+            self.runs += 1
+            write_baselines(path, [baselines])
+            return baselines
+
+    @contextlib.contextmanager
+    def _building(self, path: Path) -> Iterator[None]:
+        """Hold the build lock of ``path``, waiting while another process holds it."""
+        lock = path.with_name(f"{path.name}.build")
+        with contextlib.ExitStack() as stack:
+            while True:
+                try:
+                    stack.enter_context(output_lock(lock))
+                    break
+                except OutputLockedError:
+                    time.sleep(self.poll_s)
+            yield
+
+    def _read(self, setting: WorldSetting, days: float, path: Path) -> Baselines | None:
+        """The world's Baselines from ``path``; ``None`` if the file holds another setting
+        (an older definition of the world), which is then rebuilt."""
+        from whatif_bench.simulators.store import BaselinesFileError, read_baselines
+
+        hint = (
+            f"rebuild it with: whatif worlds build --world {setting.name} --cache {self.folder}"
+            + ("" if days == default_days(setting.simulator) else f" --days {days:g}")
+            + " --rebuild"
+        )
+        try:
+            stored = read_baselines(path)
+        except BaselinesFileError as exc:
+            raise WorldError(f"corrupt training-world cache file: {exc}; {hint}") from None
+        item = stored.get(setting.simulator)
+        if len(stored) != 1 or item is None:
+            raise WorldError(
+                f"{path}: not a cache file of world {setting.name!r} (holds {sorted(stored)}); "
+                f"{hint}"
+            )
+        if item.inputs.get(SETTING_INPUT) != setting_record(setting, days):
+            return None
+        return item

@@ -127,9 +127,11 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def add_worlds_arguments(parser: argparse.ArgumentParser) -> None:
-    from whatif_bench.simulators.worlds import CACHE_ENV, DEFAULT_CACHE, TRAINING_WORLDS
+    # the worlds module imports the wrappers (numpy and more): only name cheap constants here
+    from whatif_bench.simulators.catalog import SIMULATORS
+    from whatif_bench.simulators.world_defaults import CACHE_ENV, DEFAULT_CACHE
 
-    sims = list(TRAINING_WORLDS)
+    sims = sorted(SIMULATORS)
     sub = parser.add_subparsers(dest="action", required=True)
     listing = sub.add_parser("list", help="list the training worlds")
     listing.add_argument(

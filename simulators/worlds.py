@@ -31,9 +31,8 @@ from whatif_bench.outputs import OutputLockedError, is_safe_name, output_lock, s
 from whatif_bench.simulators import epanet, gridlabd, sumo
 from whatif_bench.simulators.base import Baselines
 from whatif_bench.simulators.catalog import SIMULATORS
+from whatif_bench.simulators.world_defaults import CACHE_ENV, DEFAULT_CACHE
 
-CACHE_ENV = "WHATIF_WORLDS"
-DEFAULT_CACHE = Path("~/.cache/whatif-bench/worlds")
 SETTING_INPUT = "world.json"  # the input "file" of a world's Baselines that records its setting
 
 

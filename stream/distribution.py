@@ -90,6 +90,20 @@ class AxisDistribution:
             if not (np.any(pool > 1.0) and np.any(pool < 1.0)):
                 raise DistributionError("history_pool needs factors both above and below 1")
 
+    def as_dict(self) -> dict:
+        """The distribution as JSON-able values (recorded in shard manifests)."""
+        record: dict = {
+            name: {
+                str(value): float(getattr(self, name)[value])
+                for value in CANONICAL[name]
+                if value in getattr(self, name)
+            }
+            for name in CANONICAL
+        }
+        record["window_start"] = list(self.window_start)
+        record["history_pool"] = None if self.history_pool is None else list(self.history_pool)
+        return record
+
     def positive(self, name: str) -> list:
         """The values of one axis that can be drawn, in the axis's canonical order."""
         weights = getattr(self, name)

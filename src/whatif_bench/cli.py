@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     from whatif_bench.export import cli as export_cli
 
     export_cli.add_arguments(subparsers)
+    from whatif_bench.stream import cli as stream_cli
+
+    stream_cli.add_arguments(subparsers)
     return parser
 
 

@@ -1,0 +1,90 @@
+"""``whatif stream``: write a seeded stream of fresh training tasks as Parquet shards."""
+
+from __future__ import annotations
+
+import argparse
+
+from whatif_bench.cli_types import positive_int, seed_int
+
+
+def add_arguments(subparsers) -> None:
+    from whatif_bench.simulators.world_defaults import CACHE_ENV, DEFAULT_CACHE
+    from whatif_bench.stream.shards import SHARD_SIZE
+
+    parser = subparsers.add_parser(
+        "stream", help="write fresh training tasks (held apart from the benchmark) as shards"
+    )
+    parser.add_argument(
+        "--seed", type=seed_int, required=True, help="seed of the stream (required)"
+    )
+    parser.add_argument(
+        "--count", type=positive_int, required=True, help="number of tasks to write (required)"
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="folder to write; finished only once it holds manifest.json (required)",
+    )
+    parser.add_argument(
+        "--format", choices=["parquet"], default="parquet", help="shard format (default: parquet)"
+    )
+    parser.add_argument(
+        "--shard-size",
+        type=positive_int,
+        default=SHARD_SIZE,
+        help="tasks per shard file (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--simulators",
+        nargs="+",
+        metavar="SIM",
+        help="only these simulators (default: every simulator with a training world)",
+    )
+    parser.add_argument(
+        "--worlds",
+        nargs="+",
+        metavar="NAME",
+        help="only these training worlds, see 'whatif worlds list' (default: all)",
+    )
+    parser.add_argument(
+        "--include-benchmark",
+        action="store_true",
+        help="also cut windows from the benchmark's baselines (default: off, held apart)",
+    )
+    parser.add_argument(
+        "--cache",
+        help=f"training-world cache folder (default: ${CACHE_ENV}, else {DEFAULT_CACHE})",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        help="worker processes making shards (default: all cores; output is the same)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing --out (default: off)"
+    )
+    parser.set_defaults(handler=_stream, interrupt_note="no shards were kept; --out is unchanged")
+
+
+def _stream(args: argparse.Namespace) -> int:
+    from whatif_bench.stream.shards import write_shards
+    from whatif_bench.stream.task_stream import TaskStream
+    from whatif_bench.workers import default_jobs
+
+    stream = TaskStream(
+        args.seed,
+        count=args.count,
+        simulators=args.simulators,
+        worlds=args.worlds,
+        holdout=not args.include_benchmark,
+        cache=args.cache,
+    )
+    out = write_shards(
+        stream,
+        args.out,
+        shard_size=args.shard_size,
+        jobs=args.jobs or default_jobs(),
+        overwrite=args.overwrite,
+    )
+    print(f"wrote {args.count} tasks to {out} (seed {stream.seed})")
+    return 0

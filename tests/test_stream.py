@@ -11,11 +11,12 @@ import pickle
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from whatif_bench.generator.axes import layout
+from whatif_bench.generator.axes import contexts, layout
 from whatif_bench.generator.verification import THRESHOLD, future_ratio, history_ratios
 from whatif_bench.stream import (
     AxisDistribution,
@@ -117,11 +118,7 @@ def test_tasks_are_shaped_like_corpus_tasks_and_cut_from_their_world(sources):
         assert task.history_target.dtype == np.float32
         assert len(task.covariates) == k and task.target in task.units
         expected_context = layout(
-            *__import__("whatif_bench.generator.axes", fromlist=["contexts"]).contexts(
-                task.simulator
-            )[task.c_label],
-            task.event_length,
-            task.e_setting,
+            *contexts(task.simulator)[task.c_label], task.event_length, task.e_setting
         ).context
         assert context == expected_context
         series = by_name[task.world].baselines.series[task.target]
@@ -131,7 +128,12 @@ def test_tasks_are_shaped_like_corpus_tasks_and_cut_from_their_world(sources):
         assert task.recipe["world"] == task.world and task.task_id.endswith(
             f"{task.world}-{task.recipe['slot']}"
         )
-        assert task.timestamps()[0] == task.timestamps()[0]  # a real calendar index
+        assert (
+            task.timestamps()[0]
+            == task.start
+            == pd.Timestamp(task.baseline_start)
+            + pd.Timedelta(seconds=task.start_step * task.interval_s)
+        )
 
 
 def test_a_stream_survives_pickling_as_a_dataloader_worker_receives_it(sources):

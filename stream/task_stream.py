@@ -15,7 +15,7 @@ import copy
 import itertools
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,16 +27,19 @@ from whatif_bench.generator.materialise import STORE_DTYPE
 from whatif_bench.generator.recipe import PairKey, draw_recipe_from
 from whatif_bench.generator.sweep import build_pair, check_finite
 from whatif_bench.relationships.engine import Relationship
+from whatif_bench.stream._kernels import EXHAUSTED, FALLBACK
 from whatif_bench.stream.distribution import (
     CANONICAL,
     AxisDistribution,
     DistributionError,
     draw,
 )
+from whatif_bench.stream.plan import StreamPlan, build_plan, make_batch
 from whatif_bench.stream.seeding import resolve_seed, slot_rng
 from whatif_bench.stream.sources import SourceError, WorldSource
 
 DEFAULT_MAX_ATTEMPTS = 1000
+BATCH_SLOTS = 64  # slots an iterator makes per kernel call
 
 
 class StreamError(WhatIfError):
@@ -138,6 +141,7 @@ class TaskStream:
         self.stats = StreamStats()
         self._sources = sources
         self._entries: list[_Entry] | None = None
+        self._plan: StreamPlan | None | bool = False  # False: not built yet; None: no fast path
 
     # ---- set-up ---------------------------------------------------------------------------
     def sharded(self, shard: int, num_shards: int) -> TaskStream:
@@ -162,6 +166,7 @@ class TaskStream:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_entries"] = None  # rebuilt in the receiving process (e.g. a DataLoader worker)
+        state["_plan"] = False
         return state
 
     def world_sources(self) -> list[WorldSource]:
@@ -181,6 +186,13 @@ class TaskStream:
             self._entries = _build_entries(self.world_sources(), self.distribution)
         return self._entries
 
+    def plan(self) -> StreamPlan | None:
+        """The kernels' arrays for this stream (built once), or None if only the reference
+        path can make its tasks (see ``stream.plan.build_plan``)."""
+        if self._plan is False:
+            self._plan = build_plan(self.entries(), self.distribution, self.seed)
+        return self._plan
+
     # ---- drawing --------------------------------------------------------------------------
     def slots(self) -> Iterator[int]:
         """The slot numbers this iterator makes, in order."""
@@ -194,13 +206,45 @@ class TaskStream:
         return len(range(self.shard, self.count, self.num_shards))
 
     def __iter__(self) -> Iterator[Task]:
-        for slot in self.slots():
-            yield self.task(slot)
+        slots = self.slots()
+        while batch := list(itertools.islice(slots, BATCH_SLOTS)):
+            yield from self.tasks(batch)
 
     def task(self, slot: int) -> Task:
         """The task of one slot (the same for every shard layout)."""
-        if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
-            raise StreamError(f"slot must be a non-negative integer, got {slot!r}")
+        return next(self.tasks([slot]))
+
+    def tasks(self, slots: Iterable[int]) -> Iterator[Task]:
+        """The tasks of ``slots``, in order, made together (the same as one by one).
+
+        ``stats`` counts each slot's draws as its task is yielded.
+        """
+        slots = list(slots)
+        for slot in slots:
+            if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
+                raise StreamError(f"slot must be a non-negative integer, got {slot!r}")
+        plan = self.plan()
+        if plan is None or not slots:
+            yield from map(self._reference_task, slots)
+            return
+        batch = make_batch(plan, self.seed, slots, self.max_attempts)
+        for i, slot in enumerate(slots):
+            status = batch.status(i)
+            if status == FALLBACK:  # the reference makes it, or raises its error
+                yield self._reference_task(slot)
+                continue
+            self.stats.rejected.update(batch.rejected(i))
+            if status == EXHAUSTED:
+                raise _exhausted(slot, self.max_attempts)
+            self.stats.kept += 1
+            yield batch.task(i)
+
+    def _reference_task(self, slot: int) -> Task:
+        """The task of one slot, made by the benchmark's own functions, one draw at a time.
+
+        This defines the stream: ``tasks`` makes the same tasks to the bit in numba kernels
+        (tests/test_stream_kernels.py), and falls back to this for a slot they cannot make.
+        """
         entries = self.entries()
         rng = slot_rng(self.seed, slot)
         dist = self.distribution
@@ -235,10 +279,14 @@ class TaskStream:
             check_finite(result)
             self.stats.kept += 1
             return _task(entry, result, future, slot, self.seed)
-        raise StreamError(
-            f"slot {slot}: {self.max_attempts} draws in a row failed the 10 % rule; "
-            "the distribution hardly ever makes a visible event (raise max_attempts or widen it)"
-        )
+        raise _exhausted(slot, self.max_attempts)
+
+
+def _exhausted(slot: int, max_attempts: int) -> StreamError:
+    return StreamError(
+        f"slot {slot}: {max_attempts} draws in a row failed the 10 % rule; "
+        "the distribution hardly ever makes a visible event (raise max_attempts or widen it)"
+    )
 
 
 def _build_entries(sources: list[WorldSource], dist: AxisDistribution) -> list[_Entry]:

@@ -1,0 +1,617 @@
+"""numba kernels of the training stream: draw, verify and materialise many slots in one call.
+
+A slot's task is defined by ``TaskStream._reference_task`` (``draw_recipe_from`` then
+``build_pair``, one Python call per draw). These kernels make the same tasks bit for bit: the
+draws come from the numba twins of NumPy's generator (``stream._random``), in the reference's
+order; pairs are materialised by the relationship engine's own kernels; the 10 % statistic sums
+with NumPy's pairwise summation, so every ratio is NumPy's to the last bit.
+
+Two passes, each over a batch of slots: ``draw_slots`` draws and verifies (history target and
+future targets only, stopping at the first failing part, which is the reason the reference
+reports) until a pair passes; ``fill_slots`` materialises each kept pair once more, now with
+covariates, into one float32 array per slot. A slot the kernels cannot make exactly as the
+reference would -- a non-finite baseline window, a factor pool without values on the side a
+covariate needs, a stored value beyond float32 -- is marked ``FALLBACK``, and the caller makes
+it with the reference, which then raises the reference's error.
+
+Everything the kernels read about the stream's worlds, relationships and distribution is in a
+``KernelPlan`` (built by ``stream.plan``); ``check_plan`` validates one.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numba
+import numpy as np
+
+from whatif_bench.relationships._kernels import (
+    JIT_OPTIONS,
+    _apply_events_kernel,
+    _trajectories_kernel,
+)
+from whatif_bench.stream._random import (
+    STATE_WORDS,
+    _choice,
+    _integers,
+    _random,
+    _seed,
+)
+
+MAX_K = 5  # most covariates of a task (axes.K_VALUES)
+MAX_EVENTS = 64  # most events of a history (axes.MAX_EVENTS)
+
+# columns of the per-slot integer results (``picks``)
+(
+    ENTRY,
+    K,
+    CONTEXT,
+    LENGTH,
+    SETTING,
+    FUTURE,
+    WINDOW_START,
+    REPLAY_SOURCE,
+    STATUS,
+    REJECTED_HISTORY,
+    REJECTED_REPLAY,
+    REJECTED_NOVEL,
+) = range(12)
+N_PICKS = 12
+# slot status, and the verification outcomes (0 kept, else the reason's offset from REJECTED_*)
+KEPT, EXHAUSTED, FALLBACK = 0, 1, 2
+PASSED, FAILED_HISTORY, FAILED_REPLAY, FAILED_NOVEL, UNUSABLE = 0, 1, 2, 3, 4
+# columns of ``entry_ints``, ``entry_floats`` and ``layouts``
+(
+    BASELINE_OFFSET,
+    ONLY_INCREASE,
+    COMBINATION,
+    PRIMARY_CODE,
+    N_ABOVE,
+    N_BELOW,
+    ALL_FINITE,
+) = range(7)
+LEVEL, LOWER, UPPER = range(3)
+L_CONTEXT, L_PREDICTION, L_EVENTS, L_STARTS, L_LOWEST, L_HIGHEST = range(6)
+
+
+class KernelPlan(NamedTuple):
+    """What the kernels draw from, as contiguous arrays (see ``stream.plan.build_plan``).
+
+    Choice tables: row ``i`` draws one of ``choice_values[i, :choice_count[i]]`` with the
+    cumulative weights ``choice_cdf[i]`` (``_random.choice_cdf``). Entry ``e`` (a world and
+    target) draws K from table ``k_table[e]``, C from ``c_table[e]``, the event length from
+    ``l_table[e, c]``, E from ``e_table[e, c, l]`` and the future from ``future_table[0]``.
+    Values are K itself and indices into ``CONTEXT_LABELS``, ``EVENT_LENGTHS``, ``E_SETTINGS``
+    and ``FUTURES``.
+    """
+
+    choice_cdf: np.ndarray  # (n_tables, 5) float64
+    choice_values: np.ndarray  # (n_tables, 5) int64
+    choice_count: np.ndarray  # (n_tables,) int64
+    k_table: np.ndarray  # (n_entries,) int64
+    c_table: np.ndarray  # (n_entries,) int64
+    l_table: np.ndarray  # (n_entries, 4) int64
+    e_table: np.ndarray  # (n_entries, 4, 5) int64
+    future_table: np.ndarray  # (1,) int64
+    event_lengths: np.ndarray  # (5,) int64, steps
+    layouts: np.ndarray  # (n_entries, 4, 5, 2, 6) int64: context, prediction, n events,
+    # offset into event_starts, lowest and highest window start (steps)
+    event_starts: np.ndarray  # (n,) int64, steps from the window start
+    baselines: np.ndarray  # (n,) float64: every entry's baseline, concatenated
+    entry_ints: np.ndarray  # (n_entries, 7) int64: BASELINE_OFFSET .. ALL_FINITE
+    entry_floats: np.ndarray  # (n_entries, 3) float64: level, lower and upper clip
+    primary_params: np.ndarray  # (n_entries, MAX_PARAMS) float64
+    signs: np.ndarray  # (n_entries, 5) float64: +1 the target rises with the factor, -1 falls
+    bases: np.ndarray  # (n_entries, 5) float64: covariate base values
+    shapes: np.ndarray  # (n_entries, 5) int64: covariate shape codes
+    effect_codes: np.ndarray  # (n_entries, 5, 5) int64, [entry, K - 1, covariate]
+    effect_params: np.ndarray  # (n_entries, 5, 5, MAX_PARAMS) float64
+    weights: np.ndarray  # (n_entries, 5, 5) float64: signed, dampened secondary weights
+    above: np.ndarray  # (n_entries, P) float64: history factors above 1, pool order
+    below: np.ndarray  # (n_entries, P) float64: history factors below 1, pool order
+    novel: np.ndarray  # (4,) float64: Novel offset low and span, Novel scale low and span
+    threshold: np.ndarray  # (1,) float64: the 10 % rule
+
+
+# ---- sums and ratios as NumPy computes them ------------------------------------------------
+@numba.njit(**JIT_OPTIONS)
+def _block_sum(values: np.ndarray, first: int, n: int) -> float:
+    """NumPy's sum of at most 128 values: 8 interleaved lanes (plain order below 8 values)."""
+    if n < 8:
+        total = 0.0
+        for i in range(n):
+            total += values[first + i]
+        return total
+    lanes = np.empty(8)
+    for j in range(8):
+        lanes[j] = values[first + j]
+    i = 8
+    while i < n - (n % 8):
+        for j in range(8):
+            lanes[j] += values[first + i + j]
+        i += 8
+    total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + (
+        (lanes[4] + lanes[5]) + (lanes[6] + lanes[7])
+    )
+    while i < n:
+        total += values[first + i]
+        i += 1
+    return total
+
+
+@numba.njit(**JIT_OPTIONS)
+def _pairwise_sum(values: np.ndarray, first: int, n: int) -> float:
+    """``np.sum(values[first:first + n])`` to the bit: NumPy's pairwise summation.
+
+    NumPy sums blocks of at most 128 values (``_block_sum``) and splits longer runs in two at a
+    multiple of 8, adding the halves' sums. The split is done here with explicit stacks, not
+    recursion (numba cannot load a cached recursive function).
+    """
+    if n <= 128:
+        return _block_sum(values, first, n)
+    firsts = np.empty(192, dtype=np.int64)
+    sizes = np.empty(192, dtype=np.int64)  # -1: add the two sums on top of ``sums``
+    sums = np.empty(96)
+    firsts[0], sizes[0] = first, n
+    todo, done = 1, 0
+    while todo:
+        todo -= 1
+        start, size = firsts[todo], sizes[todo]
+        if size < 0:
+            done -= 1
+            sums[done - 1] += sums[done]
+        elif size <= 128:
+            sums[done] = _block_sum(values, start, size)
+            done += 1
+        else:
+            half = size // 2
+            half -= half % 8
+            firsts[todo], sizes[todo] = 0, -1
+            firsts[todo + 1], sizes[todo + 1] = start + half, size - half
+            firsts[todo + 2], sizes[todo + 2] = start, half
+            todo += 3
+    return sums[0]
+
+
+@numba.njit(**JIT_OPTIONS)
+def _effect_ratio(
+    actual: np.ndarray, baseline: np.ndarray, first: int, n: int, work: np.ndarray
+) -> float:
+    """``verification.effect_ratio(actual[first:first + n], baseline[first:first + n])``."""
+    for t in range(n):
+        work[t] = abs(actual[first + t] - baseline[first + t])
+    change = _pairwise_sum(work, 0, n) / n
+    for t in range(n):
+        work[t] = abs(baseline[first + t])
+    level = _pairwise_sum(work, 0, n) / n
+    if level == 0.0:
+        return np.inf if change > 0.0 else 0.0
+    return change / level
+
+
+# ---- one attempt ---------------------------------------------------------------------------
+@numba.njit(**JIT_OPTIONS)
+def _pick(plan: KernelPlan, state: np.ndarray, table: int) -> int:
+    index = _choice(state, plan.choice_cdf[table], plan.choice_count[table])
+    return plan.choice_values[table, index]
+
+
+@numba.njit(**JIT_OPTIONS)
+def _draw_attempt(
+    plan: KernelPlan,
+    state: np.ndarray,
+    picks: np.ndarray,
+    directions: np.ndarray,
+    factors: np.ndarray,
+    novel: np.ndarray,
+) -> bool:
+    """Draw one pair into one slot's rows, in the reference's order; False if unusable.
+
+    Order: entry, K, C, l, E, future (``draw``), then the recipe (``draw_recipe_from``):
+    window start, per event a direction and one factor per covariate, the Replay source,
+    then per covariate the Novel factor.
+    """
+    entry = _integers(state, plan.k_table.shape[0])
+    k = _pick(plan, state, plan.k_table[entry])
+    c = _pick(plan, state, plan.c_table[entry])
+    length = _pick(plan, state, plan.l_table[entry, c])
+    setting = _pick(plan, state, plan.e_table[entry, c, length])
+    future = _pick(plan, state, plan.future_table[0])
+    layout = plan.layouts[entry, c, length, setting]
+    lowest, highest = layout[L_LOWEST], layout[L_HIGHEST]
+    window_start = lowest + _integers(state, highest - lowest + 1)
+    n_events = layout[L_EVENTS]
+    ints = plan.entry_ints[entry]
+    for event in range(n_events):
+        up = True if ints[ONLY_INCREASE] else _integers(state, 2) == 1
+        directions[event] = 1 if up else -1
+        for covariate in range(k):
+            if (plan.signs[entry, covariate] > 0) == up:
+                if ints[N_ABOVE] == 0:
+                    return False
+                factor = plan.above[entry, _integers(state, ints[N_ABOVE])]
+            else:
+                if ints[N_BELOW] == 0:
+                    return False
+                factor = plan.below[entry, _integers(state, ints[N_BELOW])]
+            factors[event * k + covariate] = factor
+    replay_source = _integers(state, n_events)
+    offset_low, offset_span, scale_low, scale_span = plan.novel
+    for covariate in range(k):
+        if plan.signs[entry, covariate] > 0:
+            highest_factor = factors[covariate]
+            for event in range(1, n_events):
+                highest_factor = max(highest_factor, factors[event * k + covariate])
+            novel[covariate] = highest_factor + (offset_low + offset_span * _random(state))
+        else:
+            lowest_factor = factors[covariate]
+            for event in range(1, n_events):
+                lowest_factor = min(lowest_factor, factors[event * k + covariate])
+            novel[covariate] = lowest_factor * (scale_low + scale_span * _random(state))
+    picks[ENTRY], picks[K], picks[CONTEXT], picks[LENGTH] = entry, k, c, length
+    picks[SETTING], picks[FUTURE] = setting, future
+    picks[WINDOW_START], picks[REPLAY_SOURCE] = window_start, replay_source
+    return True
+
+
+@numba.njit(**JIT_OPTIONS)
+def _window(plan: KernelPlan, picks: np.ndarray) -> np.ndarray:
+    """The slot's baseline window (C + H,) float64, a view."""
+    layout = plan.layouts[picks[ENTRY], picks[CONTEXT], picks[LENGTH], picks[SETTING]]
+    first = plan.entry_ints[picks[ENTRY], BASELINE_OFFSET] + picks[WINDOW_START]
+    return plan.baselines[first : first + layout[L_CONTEXT] + layout[L_PREDICTION]]
+
+
+@numba.njit(**JIT_OPTIONS)
+def _apply(
+    plan: KernelPlan,
+    picks: np.ndarray,
+    y: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    factors: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """``Relationship.apply_events`` of the slot's target and K (the engine's kernel)."""
+    entry, k = picks[ENTRY], picks[K]
+    ints, floats = plan.entry_ints[entry], plan.entry_floats[entry]
+    _apply_events_kernel(
+        y,
+        starts,
+        lengths,
+        factors,
+        plan.shapes[entry, :k],
+        ints[PRIMARY_CODE],
+        plan.primary_params[entry],
+        plan.effect_codes[entry, k - 1, :k],
+        plan.effect_params[entry, k - 1, :k],
+        plan.weights[entry, k - 1, :k],
+        ints[COMBINATION],
+        floats[LEVEL],
+        floats[LOWER],
+        floats[UPPER],
+        out,
+    )
+
+
+@numba.njit(**JIT_OPTIONS)
+def _future_target(
+    plan: KernelPlan,
+    picks: np.ndarray,
+    window: np.ndarray,
+    factors: np.ndarray,
+    padded: np.ndarray,
+    out: np.ndarray,
+    one: np.ndarray,
+) -> int:
+    """The target over the prediction window with one event of ``factors`` (1, K) at its
+    first step, into ``out[:H]`` (``materialise._future``); returns the padded length."""
+    layout = plan.layouts[picks[ENTRY], picks[CONTEXT], picks[LENGTH], picks[SETTING]]
+    context, horizon = layout[L_CONTEXT], layout[L_PREDICTION]
+    length = plan.event_lengths[picks[LENGTH]]
+    steps = max(length, horizon)
+    padded[:steps] = 0.0
+    padded[:horizon] = window[context:]
+    one[0], one[1] = 0, length
+    _apply(plan, picks, padded[:steps], one[:1], one[1:], factors, out[:steps])
+    return steps
+
+
+@numba.njit(**JIT_OPTIONS)
+def _verify(
+    plan: KernelPlan,
+    picks: np.ndarray,
+    factors: np.ndarray,
+    novel: np.ndarray,
+    scratch: tuple,
+) -> int:
+    """The first failing part of the slot's drawn pair (``PairResult.drop_reason``), PASSED,
+    or UNUSABLE for a window with a non-finite value."""
+    history, padded, future, work, lengths, one = scratch
+    entry, k = picks[ENTRY], picks[K]
+    layout = plan.layouts[entry, picks[CONTEXT], picks[LENGTH], picks[SETTING]]
+    context, horizon, n_events = layout[L_CONTEXT], layout[L_PREDICTION], layout[L_EVENTS]
+    length = plan.event_lengths[picks[LENGTH]]
+    threshold = plan.threshold[0]
+    window = _window(plan, picks)
+    if not plan.entry_ints[entry, ALL_FINITE]:
+        for value in window:
+            if not np.isfinite(value):
+                return UNUSABLE
+    starts = plan.event_starts[layout[L_STARTS] : layout[L_STARTS] + n_events]
+    lengths[:n_events] = length
+    events = factors[: n_events * k].reshape((n_events, k))
+    _apply(plan, picks, window[:context], starts, lengths[:n_events], events, history[:context])
+    for start in starts:
+        if _effect_ratio(history, window[:context], start, length, work) < threshold:
+            return FAILED_HISTORY
+    span = min(length, horizon)
+    replay = events[picks[REPLAY_SOURCE] : picks[REPLAY_SOURCE] + 1]
+    for reason, chosen in ((FAILED_REPLAY, replay), (FAILED_NOVEL, novel[:k].reshape((1, k)))):
+        _future_target(plan, picks, window, chosen, padded, future, one)
+        if _effect_ratio(future, window[context:], 0, span, work) < threshold:
+            return reason
+    return PASSED
+
+
+@numba.njit(**JIT_OPTIONS)
+def _scratch(plan: KernelPlan) -> tuple:
+    """Work arrays big enough for every slot of ``plan``."""
+    layouts = plan.layouts.reshape((-1, plan.layouts.shape[-1]))
+    longest = max(layouts[:, L_CONTEXT].max(), 1)
+    padded = max(layouts[:, L_PREDICTION].max(), plan.event_lengths.max())
+    return (
+        np.empty(longest),
+        np.empty(padded),
+        np.empty(padded),
+        np.empty(max(longest, padded)),
+        np.empty(MAX_EVENTS, dtype=np.int64),
+        np.empty(2, dtype=np.int64),
+    )
+
+
+@numba.njit(**JIT_OPTIONS)
+def _slot_entropy(prefix: np.ndarray, slot: int, entropy: np.ndarray) -> int:
+    """The seed words of ``slot``: ``prefix`` then the slot's 32-bit words; returns their
+    number."""
+    n = prefix.shape[0]
+    entropy[:n] = prefix
+    value = np.uint64(slot)
+    entropy[n] = value & np.uint64(0xFFFFFFFF)
+    high = value >> np.uint64(32)
+    if high == np.uint64(0):
+        return n + 1
+    entropy[n + 1] = high
+    return n + 2
+
+
+@numba.njit(**JIT_OPTIONS)
+def _draw_slots(
+    plan: KernelPlan,
+    prefix: np.ndarray,
+    slots: np.ndarray,
+    max_attempts: int,
+    verify: bool,
+    picks: np.ndarray,
+    directions: np.ndarray,
+    factors: np.ndarray,
+    novel: np.ndarray,
+) -> None:
+    """Fill each slot's row of ``picks`` (N_PICKS), ``directions``, ``factors`` and ``novel``
+    with the first drawn pair that passes (every pair when not ``verify``)."""
+    scratch = _scratch(plan)
+    state = np.zeros(STATE_WORDS, dtype=np.uint64)
+    entropy = np.zeros(prefix.shape[0] + 2, dtype=np.uint64)
+    for row in range(slots.shape[0]):
+        n_words = _slot_entropy(prefix, slots[row], entropy)
+        _seed(entropy[:n_words], state)
+        pick = picks[row]
+        pick[:] = 0
+        pick[STATUS] = EXHAUSTED
+        for _ in range(max_attempts):
+            if not _draw_attempt(plan, state, pick, directions[row], factors[row], novel[row]):
+                pick[STATUS] = FALLBACK
+                break
+            outcome = _verify(plan, pick, factors[row], novel[row], scratch) if verify else PASSED
+            if outcome == PASSED:
+                pick[STATUS] = KEPT
+                break
+            if outcome == UNUSABLE:
+                pick[STATUS] = FALLBACK
+                break
+            pick[REJECTED_HISTORY + outcome - FAILED_HISTORY] += 1
+
+
+# ---- the kept pairs' arrays ------------------------------------------------------------------
+@numba.njit(**JIT_OPTIONS)
+def _store(values: np.ndarray, out: np.ndarray, first: int) -> bool:
+    """Round ``values`` to float32 into ``out[first:]``; False if any rounds to inf or NaN."""
+    finite = True
+    for i in range(values.shape[0]):
+        rounded = np.float32(values[i])
+        out[first + i] = rounded
+        if not np.isfinite(rounded):
+            finite = False
+    return finite
+
+
+@numba.njit(**JIT_OPTIONS)
+def _store_covariates(
+    trajectories: np.ndarray, bases: np.ndarray, steps: int, out: np.ndarray, first: int
+) -> bool:
+    """``base * factor`` of the first ``steps`` of (K, T) ``trajectories`` as float32 rows."""
+    finite = True
+    for c in range(trajectories.shape[0]):
+        for t in range(steps):
+            rounded = np.float32(trajectories[c, t] * bases[c])
+            out[first + c * steps + t] = rounded
+            if not np.isfinite(rounded):
+                finite = False
+    return finite
+
+
+@numba.njit(**JIT_OPTIONS)
+def _slot_size(plan: KernelPlan, picks: np.ndarray) -> int:
+    """float32 values of a kept slot: history target and covariates, the chosen future's
+    covariates and target, and the window (the counterfactual)."""
+    layout = plan.layouts[picks[ENTRY], picks[CONTEXT], picks[LENGTH], picks[SETTING]]
+    k, context, horizon = picks[K], layout[L_CONTEXT], layout[L_PREDICTION]
+    return (k + 2) * (context + horizon)
+
+
+@numba.njit(**JIT_OPTIONS)
+def _fill_slot(
+    plan: KernelPlan,
+    picks: np.ndarray,
+    factors: np.ndarray,
+    novel: np.ndarray,
+    out: np.ndarray,
+    scratch: tuple,
+    trajectories: np.ndarray,
+    spare: np.ndarray,
+) -> bool:
+    """Write one kept slot's float32 arrays into ``out``; False if one is beyond float32.
+
+    ``out``: history target (C), history covariates (K, C), the chosen future's covariates
+    (K, H) and target (H), the window (C + H). The other future is built too: the reference
+    refuses a pair if any of its stored arrays is not finite.
+    """
+    history, padded, future, _, lengths, one = scratch
+    entry, k = picks[ENTRY], picks[K]
+    layout = plan.layouts[entry, picks[CONTEXT], picks[LENGTH], picks[SETTING]]
+    context, horizon, n_events = layout[L_CONTEXT], layout[L_PREDICTION], layout[L_EVENTS]
+    bases = plan.bases[entry, :k]
+    window = _window(plan, picks)
+    starts = plan.event_starts[layout[L_STARTS] : layout[L_STARTS] + n_events]
+    lengths[:n_events] = plan.event_lengths[picks[LENGTH]]
+    events = factors[: n_events * k].reshape((n_events, k))
+    _apply(plan, picks, window[:context], starts, lengths[:n_events], events, history[:context])
+    finite = _store(history[:context], out, 0)
+    traced = trajectories[:k, :context]
+    _trajectories_kernel(starts, lengths[:n_events], events, plan.shapes[entry, :k], traced)
+    finite &= _store_covariates(traced, bases, context, out, context)
+    at = (k + 1) * context
+    replay = events[picks[REPLAY_SOURCE] : picks[REPLAY_SOURCE] + 1]
+    for index, chosen in enumerate((replay, novel[:k].reshape((1, k)))):
+        steps = _future_target(plan, picks, window, chosen, padded, future, one)
+        traced = trajectories[:k, :steps]
+        _trajectories_kernel(one[:1], one[1:], chosen, plan.shapes[entry, :k], traced)
+        if index == picks[FUTURE]:
+            finite &= _store_covariates(traced, bases, horizon, out, at)
+            finite &= _store(future[:horizon], out, at + k * horizon)
+        else:
+            finite &= _store_covariates(traced, bases, horizon, spare, 0)
+            finite &= _store(future[:horizon], spare, 0)
+    _store(window, out, at + (k + 1) * horizon)
+    return finite
+
+
+@numba.njit(**JIT_OPTIONS)
+def _fill_slots(
+    plan: KernelPlan, picks: np.ndarray, factors: np.ndarray, novel: np.ndarray
+) -> list:
+    """One float32 array per slot: the kept slot's arrays (``_fill_slot``), else empty. A kept
+    slot with a value beyond float32 becomes a FALLBACK in ``picks``."""
+    scratch = _scratch(plan)
+    longest = scratch[0].shape[0]
+    padded = scratch[1].shape[0]
+    trajectories = np.empty((MAX_K, max(longest, padded)))
+    spare = np.empty(MAX_K * padded + padded, dtype=np.float32)
+    arrays = []
+    for row in range(picks.shape[0]):
+        if picks[row, STATUS] != KEPT:
+            arrays.append(np.empty(0, dtype=np.float32))
+            continue
+        out = np.empty(_slot_size(plan, picks[row]), dtype=np.float32)
+        if not _fill_slot(
+            plan, picks[row], factors[row], novel[row], out, scratch, trajectories, spare
+        ):
+            picks[row, STATUS] = FALLBACK
+        arrays.append(out)
+    return arrays
+
+
+# ---- public, validating wrappers -------------------------------------------------------------
+def check_plan(plan: KernelPlan) -> None:
+    """Refuse a plan whose arrays do not have the dtypes and shapes the kernels assume."""
+    if not isinstance(plan, KernelPlan):
+        raise TypeError("plan must be a KernelPlan (see stream.plan.build_plan)")
+    n = plan.k_table.shape[0]
+    expected = {
+        "choice_cdf": (np.float64, None),
+        "choice_values": (np.int64, None),
+        "choice_count": (np.int64, None),
+        "k_table": (np.int64, (n,)),
+        "c_table": (np.int64, (n,)),
+        "l_table": (np.int64, (n, 4)),
+        "e_table": (np.int64, (n, 4, 5)),
+        "future_table": (np.int64, (1,)),
+        "event_lengths": (np.int64, (5,)),
+        "layouts": (np.int64, (n, 4, 5, 2, 6)),
+        "event_starts": (np.int64, None),
+        "baselines": (np.float64, None),
+        "entry_ints": (np.int64, (n, 7)),
+        "entry_floats": (np.float64, (n, 3)),
+        "primary_params": (np.float64, None),
+        "signs": (np.float64, (n, MAX_K)),
+        "bases": (np.float64, (n, MAX_K)),
+        "shapes": (np.int64, (n, MAX_K)),
+        "effect_codes": (np.int64, (n, MAX_K, MAX_K)),
+        "effect_params": (np.float64, None),
+        "weights": (np.float64, (n, MAX_K, MAX_K)),
+        "above": (np.float64, None),
+        "below": (np.float64, None),
+        "novel": (np.float64, (4,)),
+        "threshold": (np.float64, (1,)),
+    }
+    for name, (dtype, shape) in expected.items():
+        array = getattr(plan, name)
+        if not isinstance(array, np.ndarray) or array.dtype != dtype:
+            raise TypeError(f"plan.{name} must be a {np.dtype(dtype).name} array")
+        if not array.flags.c_contiguous:
+            raise ValueError(f"plan.{name} must be C-contiguous")
+        if shape is not None and array.shape != shape:
+            raise ValueError(f"plan.{name} has shape {array.shape}, expected {shape}")
+    if n == 0:
+        raise ValueError("the plan has no entry to draw from")
+
+
+def draw_slots(
+    plan: KernelPlan, prefix: np.ndarray, slots: np.ndarray, max_attempts: int, verify: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Draw (and, if ``verify``, check) every slot of ``slots``; see ``_draw_slots``.
+
+    ``prefix`` is the stream's seed words (``_random.slot_entropy(seed, (STREAM_DOMAIN,))``).
+    Returns ``picks`` (n, N_PICKS) int64, ``directions`` (n, MAX_EVENTS) int8, ``factors``
+    (n, MAX_EVENTS * MAX_K) float64 (row-major (events, K)) and ``novel`` (n, MAX_K) float64.
+    """
+    check_plan(plan)
+    prefix = np.ascontiguousarray(prefix, dtype=np.uint64)
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    if prefix.ndim != 1 or slots.ndim != 1 or np.any(slots < 0):
+        raise ValueError("prefix and slots must be one-dimensional; slots >= 0")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
+    n = slots.shape[0]
+    picks = np.zeros((n, N_PICKS), dtype=np.int64)
+    directions = np.zeros((n, MAX_EVENTS), dtype=np.int8)
+    factors = np.zeros((n, MAX_EVENTS * MAX_K))
+    novel = np.zeros((n, MAX_K))
+    _draw_slots(plan, prefix, slots, max_attempts, bool(verify), picks, directions, factors, novel)
+    return picks, directions, factors, novel
+
+
+def fill_slots(
+    plan: KernelPlan, picks: np.ndarray, factors: np.ndarray, novel: np.ndarray
+) -> list[np.ndarray]:
+    """The float32 arrays of every kept slot (``_fill_slots``); updates ``picks`` in place."""
+    check_plan(plan)
+    if (
+        picks.dtype != np.int64
+        or picks.ndim != 2
+        or picks.shape[1] != N_PICKS
+        or factors.shape != (picks.shape[0], MAX_EVENTS * MAX_K)
+        or novel.shape != (picks.shape[0], MAX_K)
+    ):
+        raise ValueError("picks, factors and novel must come from draw_slots")
+    return _fill_slots(plan, picks, factors, novel)

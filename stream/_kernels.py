@@ -6,10 +6,10 @@ draws come from the numba twins of NumPy's generator (``stream._random``), in th
 order; pairs are materialised by the relationship engine's own kernels; the 10 % statistic sums
 with NumPy's pairwise summation, so every ratio is NumPy's to the last bit.
 
-Two passes, each over a batch of slots: ``draw_slots`` draws and verifies (history target and
-future targets only, stopping at the first failing part, which is the reason the reference
-reports) until a pair passes; ``fill_slots`` materialises each kept pair once more, now with
-covariates, into one float32 array per slot. A slot the kernels cannot make exactly as the
+``draw_slots`` makes a batch of slots in one call: per slot it draws a pair and builds its
+targets, checking the 10 % rule part by part (history, Replay, Novel: the first failing part is
+the reason the reference reports) until a pair passes, then rounds the kept pair's arrays, with
+its covariates, into one float32 array per slot. A slot the kernels cannot make exactly as the
 reference would -- a non-finite baseline window, a factor pool without values on the side a
 covariate needs, a stored value beyond float32 -- is marked ``FALLBACK``, and the caller makes
 it with the reference, which then raises the reference's error.
@@ -26,9 +26,10 @@ import numba
 import numpy as np
 
 from whatif_bench.relationships._kernels import (
+    BELL,
     JIT_OPTIONS,
     _apply_events_kernel,
-    _trajectories_kernel,
+    _fill_bell_profile,
 )
 from whatif_bench.stream._random import (
     STATE_WORDS,
@@ -318,16 +319,22 @@ def _future_target(
 
 
 @numba.njit(**JIT_OPTIONS)
-def _verify(
+def _build(
     plan: KernelPlan,
     picks: np.ndarray,
     factors: np.ndarray,
     novel: np.ndarray,
+    verify: bool,
     scratch: tuple,
 ) -> int:
-    """The first failing part of the slot's drawn pair (``PairResult.drop_reason``), PASSED,
-    or UNUSABLE for a window with a non-finite value."""
-    history, padded, future, work, lengths, one = scratch
+    """Materialise the targets of the slot's drawn pair into ``scratch`` and apply the 10 % rule.
+
+    Returns the first failing part (``PairResult.drop_reason``), PASSED (always when not
+    ``verify``), or UNUSABLE for a window with a non-finite value. The history target goes to
+    ``history``, the Replay and Novel targets to ``futures[0]`` and ``futures[1]`` (a part after
+    the first failing one is not built).
+    """
+    history, padded, futures, work, lengths, one = scratch[:6]
     entry, k = picks[ENTRY], picks[K]
     layout = plan.layouts[entry, picks[CONTEXT], picks[LENGTH], picks[SETTING]]
     context, horizon, n_events = layout[L_CONTEXT], layout[L_PREDICTION], layout[L_EVENTS]
@@ -342,31 +349,35 @@ def _verify(
     lengths[:n_events] = length
     events = factors[: n_events * k].reshape((n_events, k))
     _apply(plan, picks, window[:context], starts, lengths[:n_events], events, history[:context])
-    for start in starts:
-        if _effect_ratio(history, window[:context], start, length, work) < threshold:
-            return FAILED_HISTORY
+    if verify:
+        for start in starts:
+            if _effect_ratio(history, window[:context], start, length, work) < threshold:
+                return FAILED_HISTORY
     span = min(length, horizon)
     replay = events[picks[REPLAY_SOURCE] : picks[REPLAY_SOURCE] + 1]
-    for reason, chosen in ((FAILED_REPLAY, replay), (FAILED_NOVEL, novel[:k].reshape((1, k)))):
-        _future_target(plan, picks, window, chosen, padded, future, one)
-        if _effect_ratio(future, window[context:], 0, span, work) < threshold:
-            return reason
+    for index, chosen in enumerate((replay, novel[:k].reshape((1, k)))):
+        _future_target(plan, picks, window, chosen, padded, futures[index], one)
+        if verify and _effect_ratio(futures[index], window[context:], 0, span, work) < threshold:
+            return FAILED_REPLAY + index
     return PASSED
 
 
 @numba.njit(**JIT_OPTIONS)
 def _scratch(plan: KernelPlan) -> tuple:
-    """Work arrays big enough for every slot of ``plan``."""
+    """Work arrays big enough for every slot of ``plan``: history (C), padded future (T),
+    both futures (2, T), ratio work (also a bell profile), event lengths, a one-event schedule
+    and the other future's float32 arrays."""
     layouts = plan.layouts.reshape((-1, plan.layouts.shape[-1]))
     longest = max(layouts[:, L_CONTEXT].max(), 1)
     padded = max(layouts[:, L_PREDICTION].max(), plan.event_lengths.max())
     return (
         np.empty(longest),
         np.empty(padded),
-        np.empty(padded),
+        np.empty((2, padded)),
         np.empty(max(longest, padded)),
         np.empty(MAX_EVENTS, dtype=np.int64),
         np.empty(2, dtype=np.int64),
+        np.empty((MAX_K + 1) * padded, dtype=np.float32),
     )
 
 
@@ -385,43 +396,6 @@ def _slot_entropy(prefix: np.ndarray, slot: int, entropy: np.ndarray) -> int:
     return n + 2
 
 
-@numba.njit(**JIT_OPTIONS)
-def _draw_slots(
-    plan: KernelPlan,
-    prefix: np.ndarray,
-    slots: np.ndarray,
-    max_attempts: int,
-    verify: bool,
-    picks: np.ndarray,
-    directions: np.ndarray,
-    factors: np.ndarray,
-    novel: np.ndarray,
-) -> None:
-    """Fill each slot's row of ``picks`` (N_PICKS), ``directions``, ``factors`` and ``novel``
-    with the first drawn pair that passes (every pair when not ``verify``)."""
-    scratch = _scratch(plan)
-    state = np.zeros(STATE_WORDS, dtype=np.uint64)
-    entropy = np.zeros(prefix.shape[0] + 2, dtype=np.uint64)
-    for row in range(slots.shape[0]):
-        n_words = _slot_entropy(prefix, slots[row], entropy)
-        _seed(entropy[:n_words], state)
-        pick = picks[row]
-        pick[:] = 0
-        pick[STATUS] = EXHAUSTED
-        for _ in range(max_attempts):
-            if not _draw_attempt(plan, state, pick, directions[row], factors[row], novel[row]):
-                pick[STATUS] = FALLBACK
-                break
-            outcome = _verify(plan, pick, factors[row], novel[row], scratch) if verify else PASSED
-            if outcome == PASSED:
-                pick[STATUS] = KEPT
-                break
-            if outcome == UNUSABLE:
-                pick[STATUS] = FALLBACK
-                break
-            pick[REJECTED_HISTORY + outcome - FAILED_HISTORY] += 1
-
-
 # ---- the kept pairs' arrays ------------------------------------------------------------------
 @numba.njit(**JIT_OPTIONS)
 def _store(values: np.ndarray, out: np.ndarray, first: int) -> bool:
@@ -437,16 +411,40 @@ def _store(values: np.ndarray, out: np.ndarray, first: int) -> bool:
 
 @numba.njit(**JIT_OPTIONS)
 def _store_covariates(
-    trajectories: np.ndarray, bases: np.ndarray, steps: int, out: np.ndarray, first: int
+    plan: KernelPlan,
+    picks: np.ndarray,
+    starts: np.ndarray,
+    factors: np.ndarray,
+    steps: int,
+    out: np.ndarray,
+    first: int,
+    profile: np.ndarray,
 ) -> bool:
-    """``base * factor`` of the first ``steps`` of (K, T) ``trajectories`` as float32 rows."""
-    finite = True
-    for c in range(trajectories.shape[0]):
-        for t in range(steps):
-            rounded = np.float32(trajectories[c, t] * bases[c])
-            out[first + c * steps + t] = rounded
-            if not np.isfinite(rounded):
-                finite = False
+    """The (K, ``steps``) covariates ``base * factor(t)`` of events of ``factors`` (E, K) at
+    ``starts`` (cut at ``steps``), as float32 rows from ``out[first]``; False if one is beyond
+    float32.
+
+    ``Relationship.covariate_values`` to the bit: the factor is 1 outside events, the event's
+    factor inside a step event and ``1 + (f - 1) * bell(t)`` inside a bell one, times the base.
+    """
+    entry = picks[ENTRY]
+    length = plan.event_lengths[picks[LENGTH]]
+    finite, bell_ready = True, False
+    for c in range(factors.shape[1]):
+        base, row = plan.bases[entry, c], first + c * steps
+        outside = np.float32(1.0 * base)
+        out[row : row + steps] = outside
+        finite &= np.isfinite(outside)
+        bell = plan.shapes[entry, c] == BELL
+        if bell and not bell_ready:
+            _fill_bell_profile(length, profile)
+            bell_ready = True
+        for e in range(starts.shape[0]):
+            factor, at = factors[e, c], row + starts[e]
+            for t in range(min(length, steps - starts[e])):
+                value = np.float32(((1.0 + (factor - 1.0) * profile[t]) if bell else factor) * base)
+                out[at + t] = value
+                finite &= np.isfinite(value)
     return finite
 
 
@@ -460,74 +458,80 @@ def _slot_size(plan: KernelPlan, picks: np.ndarray) -> int:
 
 
 @numba.njit(**JIT_OPTIONS)
-def _fill_slot(
-    plan: KernelPlan,
-    picks: np.ndarray,
-    factors: np.ndarray,
-    novel: np.ndarray,
-    out: np.ndarray,
-    scratch: tuple,
-    trajectories: np.ndarray,
-    spare: np.ndarray,
-) -> bool:
-    """Write one kept slot's float32 arrays into ``out``; False if one is beyond float32.
+def _store_slot(
+    plan: KernelPlan, picks: np.ndarray, factors: np.ndarray, novel: np.ndarray, scratch: tuple
+) -> tuple:
+    """The kept slot's float32 array from the targets ``_build`` left in ``scratch``, and
+    False if a stored value is beyond float32.
 
-    ``out``: history target (C), history covariates (K, C), the chosen future's covariates
-    (K, H) and target (H), the window (C + H). The other future is built too: the reference
-    refuses a pair if any of its stored arrays is not finite.
+    The array holds the history target (C), history covariates (K, C), the chosen future's
+    covariates (K, H) and target (H), then the window (C + H). The other future's arrays are
+    rounded too: the reference refuses a pair if any of its stored arrays is not finite.
     """
-    history, padded, future, _, lengths, one = scratch
-    entry, k = picks[ENTRY], picks[K]
-    layout = plan.layouts[entry, picks[CONTEXT], picks[LENGTH], picks[SETTING]]
+    history, _, futures, profile, _, one, spare = scratch
+    k = picks[K]
+    layout = plan.layouts[picks[ENTRY], picks[CONTEXT], picks[LENGTH], picks[SETTING]]
     context, horizon, n_events = layout[L_CONTEXT], layout[L_PREDICTION], layout[L_EVENTS]
-    bases = plan.bases[entry, :k]
-    window = _window(plan, picks)
+    out = np.empty(_slot_size(plan, picks), dtype=np.float32)
     starts = plan.event_starts[layout[L_STARTS] : layout[L_STARTS] + n_events]
-    lengths[:n_events] = plan.event_lengths[picks[LENGTH]]
     events = factors[: n_events * k].reshape((n_events, k))
-    _apply(plan, picks, window[:context], starts, lengths[:n_events], events, history[:context])
     finite = _store(history[:context], out, 0)
-    traced = trajectories[:k, :context]
-    _trajectories_kernel(starts, lengths[:n_events], events, plan.shapes[entry, :k], traced)
-    finite &= _store_covariates(traced, bases, context, out, context)
+    finite &= _store_covariates(plan, picks, starts, events, context, out, context, profile)
     at = (k + 1) * context
     replay = events[picks[REPLAY_SOURCE] : picks[REPLAY_SOURCE] + 1]
     for index, chosen in enumerate((replay, novel[:k].reshape((1, k)))):
-        steps = _future_target(plan, picks, window, chosen, padded, future, one)
-        traced = trajectories[:k, :steps]
-        _trajectories_kernel(one[:1], one[1:], chosen, plan.shapes[entry, :k], traced)
-        if index == picks[FUTURE]:
-            finite &= _store_covariates(traced, bases, horizon, out, at)
-            finite &= _store(future[:horizon], out, at + k * horizon)
-        else:
-            finite &= _store_covariates(traced, bases, horizon, spare, 0)
-            finite &= _store(future[:horizon], spare, 0)
-    _store(window, out, at + (k + 1) * horizon)
-    return finite
+        mine = index == picks[FUTURE]
+        target, first = (out, at) if mine else (spare, 0)
+        finite &= _store_covariates(plan, picks, one[:1], chosen, horizon, target, first, profile)
+        finite &= _store(futures[index, :horizon], target, first + k * horizon)
+    _store(_window(plan, picks), out, at + (k + 1) * horizon)
+    return out, finite
 
 
 @numba.njit(**JIT_OPTIONS)
-def _fill_slots(
-    plan: KernelPlan, picks: np.ndarray, factors: np.ndarray, novel: np.ndarray
+def _draw_slots(
+    plan: KernelPlan,
+    prefix: np.ndarray,
+    slots: np.ndarray,
+    max_attempts: int,
+    verify: bool,
+    picks: np.ndarray,
+    directions: np.ndarray,
+    factors: np.ndarray,
+    novel: np.ndarray,
 ) -> list:
-    """One float32 array per slot: the kept slot's arrays (``_fill_slot``), else empty. A kept
-    slot with a value beyond float32 becomes a FALLBACK in ``picks``."""
+    """Fill each slot's row of ``picks`` (N_PICKS), ``directions``, ``factors`` and ``novel``
+    with the first drawn pair that passes (every first pair when not ``verify``); returns one
+    float32 array per slot (``_store_slot``; empty unless the slot's status is KEPT)."""
     scratch = _scratch(plan)
-    longest = scratch[0].shape[0]
-    padded = scratch[1].shape[0]
-    trajectories = np.empty((MAX_K, max(longest, padded)))
-    spare = np.empty(MAX_K * padded + padded, dtype=np.float32)
+    state = np.zeros(STATE_WORDS, dtype=np.uint64)
+    entropy = np.zeros(prefix.shape[0] + 2, dtype=np.uint64)
     arrays = []
-    for row in range(picks.shape[0]):
-        if picks[row, STATUS] != KEPT:
+    for row in range(slots.shape[0]):
+        n_words = _slot_entropy(prefix, slots[row], entropy)
+        _seed(entropy[:n_words], state)
+        pick = picks[row]
+        pick[:] = 0
+        pick[STATUS] = EXHAUSTED
+        for _ in range(max_attempts):
+            if not _draw_attempt(plan, state, pick, directions[row], factors[row], novel[row]):
+                pick[STATUS] = FALLBACK
+                break
+            outcome = _build(plan, pick, factors[row], novel[row], verify, scratch)
+            if outcome == PASSED:
+                pick[STATUS] = KEPT
+                break
+            if outcome == UNUSABLE:
+                pick[STATUS] = FALLBACK
+                break
+            pick[REJECTED_HISTORY + outcome - FAILED_HISTORY] += 1
+        if pick[STATUS] == KEPT:
+            out, finite = _store_slot(plan, pick, factors[row], novel[row], scratch)
+            if not finite:
+                pick[STATUS] = FALLBACK
+            arrays.append(out)
+        else:
             arrays.append(np.empty(0, dtype=np.float32))
-            continue
-        out = np.empty(_slot_size(plan, picks[row]), dtype=np.float32)
-        if not _fill_slot(
-            plan, picks[row], factors[row], novel[row], out, scratch, trajectories, spare
-        ):
-            picks[row, STATUS] = FALLBACK
-        arrays.append(out)
     return arrays
 
 
@@ -578,12 +582,13 @@ def check_plan(plan: KernelPlan) -> None:
 
 def draw_slots(
     plan: KernelPlan, prefix: np.ndarray, slots: np.ndarray, max_attempts: int, verify: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Draw (and, if ``verify``, check) every slot of ``slots``; see ``_draw_slots``.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Draw, check (if ``verify``) and materialise every slot of ``slots`` (``_draw_slots``).
 
     ``prefix`` is the stream's seed words (``_random.slot_entropy(seed, (STREAM_DOMAIN,))``).
     Returns ``picks`` (n, N_PICKS) int64, ``directions`` (n, MAX_EVENTS) int8, ``factors``
-    (n, MAX_EVENTS * MAX_K) float64 (row-major (events, K)) and ``novel`` (n, MAX_K) float64.
+    (n, MAX_EVENTS * MAX_K) float64 (row-major (events, K)), ``novel`` (n, MAX_K) float64 and
+    one float32 array per slot (``_store_slot``'s layout; empty unless the slot is KEPT).
     """
     check_plan(plan)
     prefix = np.ascontiguousarray(prefix, dtype=np.uint64)
@@ -597,21 +602,7 @@ def draw_slots(
     directions = np.zeros((n, MAX_EVENTS), dtype=np.int8)
     factors = np.zeros((n, MAX_EVENTS * MAX_K))
     novel = np.zeros((n, MAX_K))
-    _draw_slots(plan, prefix, slots, max_attempts, bool(verify), picks, directions, factors, novel)
-    return picks, directions, factors, novel
-
-
-def fill_slots(
-    plan: KernelPlan, picks: np.ndarray, factors: np.ndarray, novel: np.ndarray
-) -> list[np.ndarray]:
-    """The float32 arrays of every kept slot (``_fill_slots``); updates ``picks`` in place."""
-    check_plan(plan)
-    if (
-        picks.dtype != np.int64
-        or picks.ndim != 2
-        or picks.shape[1] != N_PICKS
-        or factors.shape != (picks.shape[0], MAX_EVENTS * MAX_K)
-        or novel.shape != (picks.shape[0], MAX_K)
-    ):
-        raise ValueError("picks, factors and novel must come from draw_slots")
-    return _fill_slots(plan, picks, factors, novel)
+    arrays = _draw_slots(
+        plan, prefix, slots, max_attempts, bool(verify), picks, directions, factors, novel
+    )
+    return picks, directions, factors, novel, arrays

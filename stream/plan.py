@@ -321,14 +321,13 @@ class SlotBatch:
 def make_batch(
     plan: StreamPlan, seed: int, slots: Sequence[int], max_attempts: int, verify: bool = True
 ) -> SlotBatch:
-    """Draw, verify (unless ``verify`` is False) and materialise ``slots`` in two kernel calls.
+    """Draw, verify (unless ``verify`` is False) and materialise ``slots`` in one kernel call.
 
     ``verify=False`` keeps every first draw, skipping the 10 % rule: only for measuring what
     the rule costs (``benchmarks/bench_stream.py``); such tasks may have invisible events.
     """
     slots = list(slots)
-    picks, directions, factors, novel = kern.draw_slots(
+    picks, directions, factors, novel, arrays = kern.draw_slots(
         plan.kernel, plan.prefix, np.asarray(slots, dtype=np.int64), max_attempts, verify
     )
-    arrays = kern.fill_slots(plan.kernel, picks, factors, novel)
     return SlotBatch(plan, slots, seed, picks.tolist(), directions, factors, novel, arrays)

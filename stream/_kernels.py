@@ -39,6 +39,8 @@ from whatif_bench.stream._random import (
     _seed,
 )
 
+# helpers only kernels call: no wrapper to call them from Python
+INNER_OPTIONS = {**JIT_OPTIONS, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}
 MAX_K = 5  # most covariates of a task (axes.K_VALUES)
 MAX_EVENTS = 64  # most events of a history (axes.MAX_EVENTS)
 
@@ -115,7 +117,7 @@ class KernelPlan(NamedTuple):
 
 
 # ---- sums and ratios as NumPy computes them ------------------------------------------------
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**INNER_OPTIONS)
 def _block_sum(values: np.ndarray, first: int, n: int) -> float:
     """NumPy's sum of at most 128 values: 8 interleaved lanes (plain order below 8 values)."""
     if n < 8:
@@ -191,13 +193,13 @@ def _effect_ratio(
 
 
 # ---- one attempt ---------------------------------------------------------------------------
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**INNER_OPTIONS)
 def _pick(plan: KernelPlan, state: np.ndarray, table: int) -> int:
     index = _choice(state, plan.choice_cdf[table], plan.choice_count[table])
     return plan.choice_values[table, index]
 
 
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**INNER_OPTIONS)
 def _draw_attempt(
     plan: KernelPlan,
     state: np.ndarray,
@@ -255,7 +257,7 @@ def _draw_attempt(
     return True
 
 
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**INNER_OPTIONS)
 def _window(plan: KernelPlan, picks: np.ndarray) -> np.ndarray:
     """The slot's baseline window (C + H,) float64, a view."""
     layout = plan.layouts[picks[ENTRY], picks[CONTEXT], picks[LENGTH], picks[SETTING]]
@@ -263,62 +265,7 @@ def _window(plan: KernelPlan, picks: np.ndarray) -> np.ndarray:
     return plan.baselines[first : first + layout[L_CONTEXT] + layout[L_PREDICTION]]
 
 
-@numba.njit(**JIT_OPTIONS)
-def _apply(
-    plan: KernelPlan,
-    picks: np.ndarray,
-    y: np.ndarray,
-    starts: np.ndarray,
-    lengths: np.ndarray,
-    factors: np.ndarray,
-    out: np.ndarray,
-) -> None:
-    """``Relationship.apply_events`` of the slot's target and K (the engine's kernel)."""
-    entry, k = picks[ENTRY], picks[K]
-    ints, floats = plan.entry_ints[entry], plan.entry_floats[entry]
-    _apply_events_kernel(
-        y,
-        starts,
-        lengths,
-        factors,
-        plan.shapes[entry, :k],
-        ints[PRIMARY_CODE],
-        plan.primary_params[entry],
-        plan.effect_codes[entry, k - 1, :k],
-        plan.effect_params[entry, k - 1, :k],
-        plan.weights[entry, k - 1, :k],
-        ints[COMBINATION],
-        floats[LEVEL],
-        floats[LOWER],
-        floats[UPPER],
-        out,
-    )
-
-
-@numba.njit(**JIT_OPTIONS)
-def _future_target(
-    plan: KernelPlan,
-    picks: np.ndarray,
-    window: np.ndarray,
-    factors: np.ndarray,
-    padded: np.ndarray,
-    out: np.ndarray,
-    one: np.ndarray,
-) -> int:
-    """The target over the prediction window with one event of ``factors`` (1, K) at its
-    first step, into ``out[:H]`` (``materialise._future``); returns the padded length."""
-    layout = plan.layouts[picks[ENTRY], picks[CONTEXT], picks[LENGTH], picks[SETTING]]
-    context, horizon = layout[L_CONTEXT], layout[L_PREDICTION]
-    length = plan.event_lengths[picks[LENGTH]]
-    steps = max(length, horizon)
-    padded[:steps] = 0.0
-    padded[:horizon] = window[context:]
-    one[0], one[1] = 0, length
-    _apply(plan, picks, padded[:steps], one[:1], one[1:], factors, out[:steps])
-    return steps
-
-
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**INNER_OPTIONS)
 def _build(
     plan: KernelPlan,
     picks: np.ndarray,
@@ -329,40 +276,78 @@ def _build(
 ) -> int:
     """Materialise the targets of the slot's drawn pair into ``scratch`` and apply the 10 % rule.
 
-    Returns the first failing part (``PairResult.drop_reason``), PASSED (always when not
-    ``verify``), or UNUSABLE for a window with a non-finite value. The history target goes to
-    ``history``, the Replay and Novel targets to ``futures[0]`` and ``futures[1]`` (a part after
-    the first failing one is not built).
+    Three parts, in the reference's order: the history (the events at their starts), then the
+    Replay and the Novel future (one event at the first forecast step, on the prediction window
+    padded with zeros to the event's length, as ``materialise._future``). Each is the engine's
+    ``apply_events`` (one call site: numba compiles the engine's kernel once here). Returns the
+    first failing part (``PairResult.drop_reason``), PASSED (always when not ``verify``), or
+    UNUSABLE for a window with a non-finite value. The history target goes to ``history``, the
+    futures' targets to ``futures[0]`` and ``futures[1]``; parts after a failing one are not
+    built.
     """
     history, padded, futures, work, lengths, one = scratch[:6]
     entry, k = picks[ENTRY], picks[K]
     layout = plan.layouts[entry, picks[CONTEXT], picks[LENGTH], picks[SETTING]]
     context, horizon, n_events = layout[L_CONTEXT], layout[L_PREDICTION], layout[L_EVENTS]
     length = plan.event_lengths[picks[LENGTH]]
-    threshold = plan.threshold[0]
+    ints, floats = plan.entry_ints[entry], plan.entry_floats[entry]
     window = _window(plan, picks)
-    if not plan.entry_ints[entry, ALL_FINITE]:
+    if not ints[ALL_FINITE]:
         for value in window:
             if not np.isfinite(value):
                 return UNUSABLE
     starts = plan.event_starts[layout[L_STARTS] : layout[L_STARTS] + n_events]
     lengths[:n_events] = length
     events = factors[: n_events * k].reshape((n_events, k))
-    _apply(plan, picks, window[:context], starts, lengths[:n_events], events, history[:context])
-    if verify:
-        for start in starts:
-            if _effect_ratio(history, window[:context], start, length, work) < threshold:
-                return FAILED_HISTORY
-    span = min(length, horizon)
     replay = events[picks[REPLAY_SOURCE] : picks[REPLAY_SOURCE] + 1]
-    for index, chosen in enumerate((replay, novel[:k].reshape((1, k)))):
-        _future_target(plan, picks, window, chosen, padded, futures[index], one)
-        if verify and _effect_ratio(futures[index], window[context:], 0, span, work) < threshold:
-            return FAILED_REPLAY + index
+    steps = max(length, horizon)
+    one[0], one[1] = 0, length
+    for part in range(3):
+        if part == 0:
+            y, part_starts, part_lengths, out = (
+                window[:context],
+                starts,
+                lengths[:n_events],
+                history[:context],
+            )
+            part_factors = events
+        else:
+            padded[:steps] = 0.0
+            padded[:horizon] = window[context:]
+            y, part_starts, part_lengths, out = (
+                padded[:steps],
+                one[:1],
+                one[1:],
+                futures[part - 1, :steps],
+            )
+            part_factors = replay if part == 1 else novel[:k].reshape((1, k))
+        _apply_events_kernel(
+            y,
+            part_starts,
+            part_lengths,
+            part_factors,
+            plan.shapes[entry, :k],
+            ints[PRIMARY_CODE],
+            plan.primary_params[entry],
+            plan.effect_codes[entry, k - 1, :k],
+            plan.effect_params[entry, k - 1, :k],
+            plan.weights[entry, k - 1, :k],
+            ints[COMBINATION],
+            floats[LEVEL],
+            floats[LOWER],
+            floats[UPPER],
+            out,
+        )
+        if not verify:
+            continue
+        for start in part_starts:  # each history event; the future's one event, cut at H
+            span = min(length, y.shape[0] - start) if part == 0 else min(length, horizon)
+            if _effect_ratio(out, y, start, span, work) < plan.threshold[0]:
+                return FAILED_HISTORY + part
     return PASSED
 
 
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**INNER_OPTIONS)
 def _scratch(plan: KernelPlan) -> tuple:
     """Work arrays big enough for every slot of ``plan``: history (C), padded future (T),
     both futures (2, T), ratio work (also a bell profile), event lengths, a one-event schedule
@@ -381,7 +366,7 @@ def _scratch(plan: KernelPlan) -> tuple:
     )
 
 
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**INNER_OPTIONS)
 def _slot_entropy(prefix: np.ndarray, slot: int, entropy: np.ndarray) -> int:
     """The seed words of ``slot``: ``prefix`` then the slot's 32-bit words; returns their
     number."""
@@ -397,7 +382,7 @@ def _slot_entropy(prefix: np.ndarray, slot: int, entropy: np.ndarray) -> int:
 
 
 # ---- the kept pairs' arrays ------------------------------------------------------------------
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**INNER_OPTIONS)
 def _store(values: np.ndarray, out: np.ndarray, first: int) -> bool:
     """Round ``values`` to float32 into ``out[first:]``; False if any rounds to inf or NaN."""
     finite = True
@@ -409,7 +394,7 @@ def _store(values: np.ndarray, out: np.ndarray, first: int) -> bool:
     return finite
 
 
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**INNER_OPTIONS)
 def _store_covariates(
     plan: KernelPlan,
     picks: np.ndarray,
@@ -448,7 +433,7 @@ def _store_covariates(
     return finite
 
 
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**INNER_OPTIONS)
 def _slot_size(plan: KernelPlan, picks: np.ndarray) -> int:
     """float32 values of a kept slot: history target and covariates, the chosen future's
     covariates and target, and the window (the counterfactual)."""
@@ -457,7 +442,7 @@ def _slot_size(plan: KernelPlan, picks: np.ndarray) -> int:
     return (k + 2) * (context + horizon)
 
 
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**INNER_OPTIONS)
 def _store_slot(
     plan: KernelPlan, picks: np.ndarray, factors: np.ndarray, novel: np.ndarray, scratch: tuple
 ) -> tuple:

@@ -39,7 +39,11 @@ def add_arguments(subparsers) -> None:
     parser.add_argument(
         "--subset",
         type=fraction,
-        help="stratified fraction of the tasks, e.g. 0.05 (default: all tasks)",
+        help=(
+            "stratified fraction of the tasks, in (0, 1]: each combination of simulator, future, "
+            "K, C, ell and E keeps ceil(fraction x its tasks), so at least one each and a larger "
+            "share than asked for small fractions (default: all tasks)"
+        ),
     )
     parser.add_argument(
         "--jobs", type=positive_int, default=1, help="worker processes (default: %(default)s)"

@@ -398,6 +398,11 @@ def evaluate(
         if frame.empty:
             raise EvaluationError(f"{corpus_path} holds no tasks")
         tasks = select_tasks(frame, subset, seed)
+        if subset is not None and log is not None:
+            log(  # said, but not a note of the result: nothing went wrong
+                f"--subset {subset:g} selects {len(tasks):,} of {len(frame):,} tasks "
+                f"({len(tasks) / len(frame):.1%}): ceil({subset:g} x size) of each stratum"
+            )
         manifest = _manifest(corpus_path, attrs, tasks, subset, seed)
         manifest_path = out / "manifest.json"
         if manifest_path.exists():

@@ -15,7 +15,10 @@ import math
 import numba
 import numpy as np
 
-JIT_OPTIONS = {"cache": True, "fastmath": False, "error_model": "numpy"}
+# The one place for numba's numeric flags. JIT_FLAGS suit functions made at run time (user
+# forms, dispatch chains), which numba cannot cache on disk; JIT_OPTIONS add the cache.
+JIT_FLAGS = {"fastmath": False, "error_model": "numpy"}
+JIT_OPTIONS = {**JIT_FLAGS, "cache": True}
 CUSTOM_CODE_BASE = 100
 
 MULTIPLICATIVE = 0

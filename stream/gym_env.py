@@ -188,11 +188,12 @@ class ForecastEnv(gymnasium.Env):
 
         Returns the episode's observation again, the reward ``-wql``, ``terminated=True``,
         ``truncated=False`` and an info dict with ``task_id``, ``wql``, ``wape`` and the truth:
-        ``future_target`` and ``counterfactual_future`` (H,) float32.
+        ``future_target`` and ``counterfactual_future`` (H,) float32. A refused action
+        (``EnvError``) leaves the episode open.
         """
-        if self.task is None:
+        task = self.task
+        if task is None:
             raise EnvError("call reset() before step(): the episode has ended or not begun")
-        task, self.task = self.task, None
         forecast = np.asarray(action, dtype=np.float64)
         if forecast.shape != self.action_space.shape:
             raise EnvError(
@@ -206,6 +207,7 @@ class ForecastEnv(gymnasium.Env):
             metrics = score(task.future_target, None, scored)
         else:
             metrics = score(task.future_target, scored, None)
+        self.task = None  # scored: the episode is over
         info = {
             "task_id": task.task_id,
             "wql": metrics["wql"],

@@ -104,29 +104,46 @@ def task_item(task: Task, index: int) -> dict:
 
 
 def pad_history(values: np.ndarray, length: int, rows: int | None = None) -> np.ndarray:
-    """``values`` (T,) or (K, T) left-padded with zeros to ``length`` steps, so its last step
-    stays last; a longer history keeps its latest ``length`` steps. ``rows`` pads the K axis
-    with zero rows at the end. Returns float32 (length,) or (rows, length)."""
-    values = values[..., max(values.shape[-1] - length, 0) :]
+    """``values`` (T,) or (K, T) left-padded with zeros to ``length`` steps (see
+    ``place_history``); ``rows`` pads the K axis with zero rows at the end. Returns float32
+    (length,) or (rows, length)."""
     out = _zeros(values, length, rows)
-    rows_in, steps = _as_rows(values).shape
-    _as_rows(out)[:rows_in, length - steps :] = _as_rows(values)
+    place_history(out, values)
     return out
 
 
 def pad_future(values: np.ndarray, length: int, rows: int | None = None) -> np.ndarray:
-    """``values`` (T,) or (K, T) right-padded with zeros to ``length`` steps, so its first step
-    stays first; ``rows`` pads the K axis. A future longer than ``length`` is a
-    ``StreamError`` (a forecast cannot be scored on steps it does not cover)."""
-    if values.shape[-1] > length:
+    """``values`` (T,) or (K, T) right-padded with zeros to ``length`` steps (see
+    ``place_future``); ``rows`` pads the K axis. Returns float32 (length,) or (rows, length)."""
+    out = _zeros(values, length, rows)
+    place_future(out, values)
+    return out
+
+
+def place_history(out: np.ndarray, values: np.ndarray) -> None:
+    """Write a history ``values`` (T,) or (K, T) into the zeroed ``out`` (L,) or (R, L), R >= K,
+    so its last step lands on ``out``'s last; a history longer than L keeps its latest L
+    steps."""
+    length = out.shape[-1]
+    values = _as_rows(values[..., max(values.shape[-1] - length, 0) :])
+    rows, steps = values.shape
+    _check_rows(rows, out)
+    _as_rows(out)[:rows, length - steps :] = values
+
+
+def place_future(out: np.ndarray, values: np.ndarray) -> None:
+    """Write a future ``values`` (T,) or (K, T) into the zeroed ``out`` (L,) or (R, L), so its
+    first step lands on ``out``'s first. A future longer than L is a ``StreamError`` (a
+    forecast cannot be scored on steps it does not cover)."""
+    values = _as_rows(values)
+    rows, steps = values.shape
+    if steps > out.shape[-1]:
         raise StreamError(
-            f"a future of {values.shape[-1]} steps does not fit in {length} steps; "
+            f"a future of {steps} steps does not fit in {out.shape[-1]} steps; "
             "raise the horizon maximum"
         )
-    out = _zeros(values, length, rows)
-    rows_in, steps = _as_rows(values).shape
-    _as_rows(out)[:rows_in, :steps] = _as_rows(values)
-    return out
+    _check_rows(rows, out)
+    _as_rows(out)[:rows, :steps] = values
 
 
 def history_mask(observed: int, length: int) -> np.ndarray:
@@ -148,9 +165,12 @@ def _as_rows(values: np.ndarray) -> np.ndarray:
     return values.reshape(1, -1) if values.ndim == 1 else values
 
 
+def _check_rows(rows: int, out: np.ndarray) -> None:
+    if out.ndim == 2 and rows > out.shape[0]:
+        raise StreamError(f"{rows} covariates do not fit in {out.shape[0]} rows")
+
+
 def _zeros(values: np.ndarray, length: int, rows: int | None) -> np.ndarray:
     if values.ndim == 1:
         return np.zeros(length, dtype=ITEM_DTYPE)
-    if rows is not None and values.shape[0] > rows:
-        raise StreamError(f"{values.shape[0]} covariates do not fit in {rows} rows")
     return np.zeros((values.shape[0] if rows is None else rows, length), dtype=ITEM_DTYPE)

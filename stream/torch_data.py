@@ -14,6 +14,7 @@ Items are dicts of numpy float32 arrays and metadata (``whatif_bench.stream.item
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from collections.abc import Iterator, Sequence
 
@@ -34,8 +35,8 @@ from whatif_bench.stream.items import (
     HISTORY_ARRAYS,
     INT_FIELDS,
     TEXT_FIELDS,
-    pad_future,
-    pad_history,
+    place_future,
+    place_history,
     task_item,
 )
 from whatif_bench.stream.seeding import resolve_seed
@@ -228,6 +229,9 @@ def collate_tasks(
     a longer future or more covariates is a ``StreamError``); by default each is the batch's
     largest. Use ``functools.partial`` to pass them through a DataLoader.
 
+    The float32 tensors are views of one storage, as are the bool and the int64 ones, so a
+    DataLoader worker hands a batch over in three shared-memory segments rather than 25.
+
     Returns
     -------
     dict
@@ -258,26 +262,49 @@ def collate_tasks(
     horizon_max = (
         max(item["prediction_length"] for item in items) if horizon_max is None else horizon_max
     )
-    batch: dict = {}
+    size = len(items)
+    shapes = {
+        name: (size, *((k_max,) if name in COVARIATE_ARRAYS else ()), context_max)
+        for name in HISTORY_ARRAYS
+    }
+    shapes.update(
+        (name, (size, *((k_max,) if name in COVARIATE_ARRAYS else ()), horizon_max))
+        for name in FUTURE_ARRAYS
+    )
+    # one storage per dtype: a worker hands a batch over in 3 shared-memory segments, not 25
+    batch = _carve(torch.float32, shapes)
     for name in HISTORY_ARRAYS:
-        rows = k_max if name in COVARIATE_ARRAYS else None
-        batch[name] = torch.from_numpy(
-            np.stack([pad_history(item[name], context_max, rows) for item in items])
-        )
+        out = batch[name].numpy()
+        for row, item in enumerate(items):
+            place_history(out[row], item[name])
     for name in FUTURE_ARRAYS:
-        rows = k_max if name in COVARIATE_ARRAYS else None
-        batch[name] = torch.from_numpy(
-            np.stack([pad_future(item[name], horizon_max, rows) for item in items])
-        )
-    steps = np.arange(context_max)
+        out = batch[name].numpy()
+        for row, item in enumerate(items):
+            place_future(out[row], item[name])
+    masks = {
+        "history_mask": (size, context_max),
+        "future_mask": (size, horizon_max),
+        "covariate_mask": (size, k_max),
+    }
+    batch.update(_carve(torch.bool, masks))
     context = np.minimum([item["context_length"] for item in items], context_max)
-    batch["history_mask"] = torch.from_numpy(steps >= context_max - context[:, None])
+    batch["history_mask"].numpy()[...] = np.arange(context_max) >= context_max - context[:, None]
     horizon = np.asarray([item["prediction_length"] for item in items])
-    batch["future_mask"] = torch.from_numpy(np.arange(horizon_max) < horizon[:, None])
+    batch["future_mask"].numpy()[...] = np.arange(horizon_max) < horizon[:, None]
     k = np.asarray([item["k"] for item in items])
-    batch["covariate_mask"] = torch.from_numpy(np.arange(k_max) < k[:, None])
-    for name in INT_FIELDS:
-        batch[name] = torch.tensor([item[name] for item in items], dtype=torch.int64)
+    batch["covariate_mask"].numpy()[...] = np.arange(k_max) < k[:, None]
+    numbers = [[item[name] for item in items] for name in INT_FIELDS]
+    batch.update(zip(INT_FIELDS, torch.tensor(numbers, dtype=torch.int64), strict=True))
     for name in TEXT_FIELDS:
         batch[name] = [item[name] for item in items]
     return batch
+
+
+def _carve(dtype: torch.dtype, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+    """Zeroed tensors shaped as ``shapes`` says, consecutive views of one storage."""
+    flat = torch.zeros(sum(math.prod(shape) for shape in shapes.values()), dtype=dtype)
+    views, start = {}, 0
+    for name, shape in shapes.items():
+        views[name] = flat[start : start + math.prod(shape)].view(shape)
+        start += math.prod(shape)
+    return views

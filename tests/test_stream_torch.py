@@ -189,6 +189,19 @@ def test_collate_pads_and_masks_so_the_unpadded_arrays_come_back(pool, picks, cr
     assert batch["covariate_mask"].shape[1] == max(item["k"] for item in items)
 
 
+def test_collate_keeps_one_storage_per_dtype(pool):
+    batch = collate_tasks(pool[:5])
+    storages = {}
+    for value in batch.values():
+        if torch.is_tensor(value):
+            storages.setdefault(value.dtype, set()).add(value.untyped_storage().data_ptr())
+    assert {dtype: len(ptrs) for dtype, ptrs in storages.items()} == {
+        torch.float32: 1,
+        torch.bool: 1,
+        torch.int64: 1,
+    }
+
+
 def test_collate_to_fixed_shapes_and_refuses_what_does_not_fit(pool):
     batch = collate_tasks(pool[:4], k_max=5, context_max=9000, horizon_max=1000)
     assert batch["history_covariates"].shape == (4, 5, 9000)

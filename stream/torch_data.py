@@ -34,6 +34,7 @@ from whatif_bench.stream.items import (
     FUTURE_ARRAYS,
     HISTORY_ARRAYS,
     INT_FIELDS,
+    ITEM_DTYPE,
     TEXT_FIELDS,
     place_future,
     place_history,
@@ -272,7 +273,7 @@ def collate_tasks(
         for name in FUTURE_ARRAYS
     )
     # one storage per dtype: a worker hands a batch over in 3 shared-memory segments, not 25
-    batch = _carve(torch.float32, shapes)
+    batch = _carve(ITEM_DTYPE, shapes)
     for name in HISTORY_ARRAYS:
         out = batch[name].numpy()
         for row, item in enumerate(items):
@@ -286,7 +287,7 @@ def collate_tasks(
         "future_mask": (size, horizon_max),
         "covariate_mask": (size, k_max),
     }
-    batch.update(_carve(torch.bool, masks))
+    batch.update(_carve(np.bool_, masks))
     context = np.minimum([item["context_length"] for item in items], context_max)
     batch["history_mask"].numpy()[...] = np.arange(context_max) >= context_max - context[:, None]
     horizon = np.asarray([item["prediction_length"] for item in items])
@@ -300,9 +301,11 @@ def collate_tasks(
     return batch
 
 
-def _carve(dtype: torch.dtype, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    """Zeroed tensors shaped as ``shapes`` says, consecutive views of one storage."""
-    flat = torch.zeros(sum(math.prod(shape) for shape in shapes.values()), dtype=dtype)
+def _carve(dtype: type, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+    """Zeroed tensors shaped as ``shapes`` says, consecutive views of one storage of the numpy
+    ``dtype`` (numpy's zeros are calloc'd, several times faster here than ``torch.zeros``)."""
+    total = sum(math.prod(shape) for shape in shapes.values())
+    flat = torch.from_numpy(np.zeros(total, dtype=dtype))
     views, start = {}, 0
     for name, shape in shapes.items():
         views[name] = flat[start : start + math.prod(shape)].view(shape)

@@ -1,8 +1,8 @@
 """PyTorch datasets of tasks: the training stream and the fixed corpus, and a padding collate.
 
-Both datasets are ``IterableDataset`` s that shard themselves over DataLoader workers *and*
-distributed ranks: with ``W`` workers per rank and ``R`` ranks, worker ``w`` of rank ``r`` is
-shard ``r * W + w`` of ``R * W`` and makes the slots (stream) or tasks (corpus, after an
+Both datasets are iterable (``IterableDataset``) and shard themselves over DataLoader workers
+*and* distributed ranks: with ``W`` workers per rank and ``R`` ranks, worker ``w`` of rank ``r``
+is shard ``r * W + w`` of ``R * W`` and makes the slots (stream) or tasks (corpus, after an
 optional seeded shuffle) ``shard, shard + R * W, ...``. No task is made twice, and for a given
 seed, worker count and world size every worker's tasks and their order are fixed. A stream
 slot's task depends only on the seed, so the *set* of tasks is the same for any layout.

@@ -8,6 +8,7 @@ tests/test_stream.py does); the corpus is a small one generated from the shipped
 from __future__ import annotations
 
 import itertools
+import pickle
 import sys
 
 import numpy as np
@@ -248,6 +249,14 @@ def test_a_corpus_view_is_dealt_by_rank_in_its_own_order(corpus_path):
     assert [wanted[r::3] for r in range(3)] == parts
     with pytest.raises(CorpusError, match="unknown future"):
         CorpusDataset(corpus_path, future="someday")
+
+
+def test_both_datasets_survive_pickling_as_spawned_workers_receive_them(sources, corpus_path):
+    stream = StreamDataset(TaskStream(SEED, count=3, sources=sources), rank=0, world_size=1)
+    corpus = CorpusDataset(corpus_path, future="replay", K=1, shuffle=True, seed=4)
+    for dataset in (stream, corpus):
+        clone = pickle.loads(pickle.dumps(dataset))
+        assert [fingerprint(item) for item in clone] == [fingerprint(item) for item in dataset]
 
 
 # ---- bad input -------------------------------------------------------------------------------

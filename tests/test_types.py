@@ -13,8 +13,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 REINSTALL = (
-    "install the toolkit in strict editable mode, as bash dev does: "
-    "pip install -e '.[test]' --config-settings editable_mode=strict"
+    "reinstall the toolkit in strict editable mode (bash dev does when the package's files "
+    "change): pip install -e '.[test]' --config-settings editable_mode=strict"
 )
 
 

@@ -17,8 +17,6 @@ import numba
 import numpy as np
 
 
-# The one place for numba's numeric flags. JIT_FLAGS suit functions made at run time (user
-# forms, dispatch chains), which numba cannot cache on disk; JIT_OPTIONS add the cache.
 class JitFlags(TypedDict, total=False):
     """Keyword arguments of ``numba.njit`` used here (typed, so the checker accepts ``**``)."""
 
@@ -27,6 +25,8 @@ class JitFlags(TypedDict, total=False):
     cache: bool
 
 
+# The one place for numba's numeric flags. JIT_FLAGS suit functions made at run time (user
+# forms, dispatch chains), which numba cannot cache on disk; JIT_OPTIONS add the cache.
 JIT_FLAGS: JitFlags = {"fastmath": False, "error_model": "numpy"}
 JIT_OPTIONS: JitFlags = {**JIT_FLAGS, "cache": True}
 CUSTOM_CODE_BASE = 100

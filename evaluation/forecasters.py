@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -393,7 +394,7 @@ class TunedPairs:
         return out
 
 
-BASELINES = {
+BASELINES: dict[str, Callable[[], Forecaster]] = {
     "naive": Naive,
     "linear": LinearRegression,
     "ridge": RidgeRegression,
@@ -432,7 +433,7 @@ def _json_safe(value: object, depth: int = 0) -> object:
     return {"type": f"{kind.__module__}.{kind.__qualname__}"}
 
 
-def _params(model: object) -> dict:
+def _params(model: object) -> object:
     """The model's ``params()`` if it has one, else its public non-callable class and instance
     attributes (instance ones win)."""
     method = getattr(model, "params", None)
@@ -476,7 +477,11 @@ def fingerprint(model: Forecaster | str) -> dict:
     """
     if isinstance(model, str):
         instance = make_forecaster(model)
-        content = {"baseline": model, "version": __version__, "params": _params(instance)}
+        content: dict[str, object] = {
+            "baseline": model,
+            "version": __version__,
+            "params": _params(instance),
+        }
     else:
         klass = type(model)
         source = _source_file(model)

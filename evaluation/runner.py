@@ -161,7 +161,7 @@ def check_models(models: list[Forecaster | str]) -> list[str]:
     return labels
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def _one_line(text: object, limit: int = 300) -> str:
     text = " ".join(str(text).split()) or "no message"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -230,7 +230,9 @@ def _score_chunk(
         forecasts = _predict(forecaster, inputs)
         rows = []
         for index, task in enumerate(tasks):
-            result = forecasts if isinstance(forecasts, str) else None
+            result: dict[str, float] | str | None = (
+                forecasts if isinstance(forecasts, str) else None
+            )
             if result is None:
                 try:
                     result = _score_forecast(
@@ -239,7 +241,7 @@ def _score_chunk(
                 except Exception as exc:
                     result = _one_line(f"scoring raised {type(exc).__name__}: {exc}")
             failed = result if isinstance(result, str) else ""
-            metrics = {"wql": np.nan, "wape": np.nan} if failed else result
+            metrics = result if isinstance(result, dict) else {"wql": np.nan, "wape": np.nan}
             label = _model_label(model)
             rows.append({"task_id": task.task_id, "model": label, **metrics, "failed": failed})
         frames.append(pd.DataFrame(rows, columns=CHUNK_COLUMNS))

@@ -7,12 +7,13 @@ import math
 import numpy as np
 
 from whatif_bench.generator.axes import C4, E_SETTINGS, EVENT_LENGTHS
+from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.registry import load_registry
 from whatif_bench.simulators.base import Baselines
 from whatif_bench.simulators.store import read_baselines
 
 
-def select_targets(config) -> list[tuple[object, Baselines]]:
+def select_targets(config) -> list[tuple[Relationship, Baselines]]:
     """(relationship, baselines) for every selected target, in registry order.
 
     ``config.simulators`` and ``config.targets`` narrow the selection; targets may be given

@@ -172,7 +172,7 @@ def check_profile(profile: object) -> Profile:
     try:
         periods = tuple(
             (_whole(a), _whole(b), _whole(rate))
-            for a, b, rate in profile  # type: ignore[union-attr]
+            for a, b, rate in profile  # type: ignore[attr-defined]  # a non-iterable: TypeError below
         )
     except (TypeError, ValueError):
         raise SimulatorError(

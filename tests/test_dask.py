@@ -5,6 +5,7 @@ cluster cannot be used. One real ``LocalCluster`` (two worker processes) serves 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 
@@ -18,6 +19,7 @@ from whatif_bench.cluster import ClusterError, DaskCluster, WorkPool
 from whatif_bench.evaluation import evaluate
 
 distributed = pytest.importorskip("distributed")
+dask = pytest.importorskip("dask")
 
 TARGETS = ("sumo/flow_loop_e_0_near", "epanet/pressure_10")
 MODELS = "naive,ridge"
@@ -154,6 +156,25 @@ def test_only_a_few_calls_are_in_flight_ahead_of_the_results(cluster):
         window = cluster_module.IN_FLIGHT_PER_THREAD * 2  # two workers, one thread each
         assert len(drawn) == window
         assert list(results) == list(range(1, 100))
+
+
+def _die(value: int) -> int:
+    os._exit(1)  # as the OOM killer would end the worker
+
+
+def test_a_worker_that_dies_is_one_clear_error(tmp_path):
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        distributed.LocalCluster(
+            n_workers=1, processes=True, dashboard_address=None, silence_logs=logging.CRITICAL
+        ) as doomed,
+        distributed.Client(doomed, set_as_default=False) as client,
+    ):
+        pool = WorkPool(client=client, where="the doomed cluster")
+        with pytest.raises(
+            ClusterError, match="^dask workers of the doomed cluster died running _die"
+        ):
+            list(pool.ordered(_die, [(1,), (2,)]))
 
 
 # 3. A cluster that cannot be used: one error line before any work, nothing written.

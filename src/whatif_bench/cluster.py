@@ -251,9 +251,13 @@ def probe_scheduler(address: str, timeout_s: float) -> None:
     """Check that ``address`` answers like a dask scheduler within ``timeout_s`` seconds;
     a ``ClusterError`` naming the address if not (no client is left behind either way)."""
     from distributed.core import rpc
+    from distributed.security import Security
+
+    # the TLS settings of dask's configuration, if any, as distributed.Client uses them
+    connection_args = Security().get_connection_args("client")
 
     async def identity() -> dict:
-        scheduler = rpc(address, timeout=timeout_s)
+        scheduler = rpc(address, timeout=timeout_s, connection_args=connection_args)
         try:
             return await asyncio.wait_for(scheduler.identity(), timeout_s)
         finally:

@@ -21,11 +21,8 @@ Usage::
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import concurrent.futures
 import contextlib
-import logging
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -212,6 +209,8 @@ def _import_distributed():
 @contextlib.contextmanager
 def _connect(cluster: DaskCluster) -> Iterator[Any]:
     """A ``distributed.Client`` of ``cluster``; closed (and a local cluster shut down) on exit."""
+    import logging
+
     distributed = _import_distributed()
     with contextlib.ExitStack() as stack:
         if cluster.local_workers is not None:
@@ -250,6 +249,9 @@ def _connect(cluster: DaskCluster) -> Iterator[Any]:
 def probe_scheduler(address: str, timeout_s: float) -> None:
     """Check that ``address`` answers like a dask scheduler within ``timeout_s`` seconds;
     a ``ClusterError`` naming the address if not (no client is left behind either way)."""
+    import asyncio
+    import concurrent.futures
+
     from distributed.core import rpc
     from distributed.security import Security
 
@@ -283,7 +285,7 @@ def probe_scheduler(address: str, timeout_s: float) -> None:
 def _reason(exc: BaseException) -> str:
     """Why connecting failed, in a few words."""
     text = " ".join(str(exc).split())
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError) or text.startswith("Timed out"):
+    if isinstance(exc, TimeoutError) or text.startswith("Timed out"):  # asyncio's too
         return "no answer"
     if isinstance(exc, MemoryError):
         return "the answer is not a dask message (another kind of server?)"

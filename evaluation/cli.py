@@ -9,7 +9,8 @@ import math
 import sys
 from pathlib import Path
 
-from whatif_bench.cli_types import positive_int, seed_int
+from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
+from whatif_bench.cli_types import seed_int
 from whatif_bench.errors import WhatIfError
 
 
@@ -39,11 +40,13 @@ def add_arguments(subparsers) -> None:
     parser.add_argument(
         "--subset",
         type=fraction,
-        help="stratified fraction of the tasks, e.g. 0.05 (default: all tasks)",
+        help=(
+            "stratified fraction of the tasks, in (0, 1]: each combination of simulator, future, "
+            "K, C, ell and E keeps ceil(fraction x its tasks), so at least one each and a larger "
+            "share than asked for small fractions (default: all tasks)"
+        ),
     )
-    parser.add_argument(
-        "--jobs", type=positive_int, default=1, help="worker processes (default: %(default)s)"
-    )
+    add_cluster_arguments(parser, jobs_help="worker processes (default: 1)")
     parser.add_argument(
         "--reference",
         default="naive",
@@ -146,7 +149,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     specs = parse_models(args.models)
     if not Path(args.corpus).is_file():
         raise WhatIfError(f"{args.corpus}: no such corpus file")
-    out = check_out_folder(args.out, args.corpus)  # before importing models or reading tasks
+    # checked before importing models or reading tasks; created once the workers are ready
+    out = check_out_folder(args.out, args.corpus, create=False)
     models = [load_model(spec) for spec in specs]
     args.interrupt_note = (
         f"finished chunks were kept in {out}/per_task; run the same command again to resume"
@@ -156,10 +160,11 @@ def _evaluate(args: argparse.Namespace) -> int:
         models,
         out,
         subset=args.subset,
-        jobs=args.jobs,
+        jobs=args.jobs or 1,
         reference=args.reference,
         seed=args.seed,
         log=_note,
+        cluster=cluster_from_args(args),
     )
     board = result.leaderboard
     print(f"{len(result.per_task['task_id'].unique()):,} tasks; reference {result.reference}")

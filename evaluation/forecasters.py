@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -175,22 +176,62 @@ def _standardise(history: np.ndarray, future: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _ridge_fit_predict(x: np.ndarray, y: np.ndarray, x_new: np.ndarray, alpha: float) -> np.ndarray:
-    """Least squares (alpha = 0) or ridge with an unpenalised intercept."""
+    """Ridge regression with an unpenalised intercept (rows: time; float64)."""
     x_mean, y_mean = x.mean(axis=0), y.mean()
     xc, yc = x - x_mean, y - y_mean
-    if alpha == 0.0:
-        coef, *_ = np.linalg.lstsq(xc, yc, rcond=None)
-    else:
-        gram = xc.T @ xc + alpha * np.eye(x.shape[1])
-        coef = np.linalg.solve(gram, xc.T @ yc)
+    gram = xc.T @ xc + alpha * np.eye(x.shape[1])
+    coef = np.linalg.solve(gram, xc.T @ yc)
     return y_mean + (x_new - x_mean) @ coef
 
 
+LSTSQ_CUTOFF = 1e-6  # relative singular-value cutoff of `linear` (scikit-learn's default tol)
+
+
+def _least_squares_fit_predict(x: np.ndarray, y: np.ndarray, x_new: np.ndarray) -> np.ndarray:
+    """Ordinary least squares with an intercept, at the precision of the covariates as given.
+
+    ``x`` (T, K) and ``x_new`` (H, K) are used in their own float dtype (float32 for corpus
+    tasks), ``y`` (T,) is cast to it. The data are centred and solved by SVD (LAPACK gelsd)
+    with singular values below ``LSTSQ_CUTOFF`` times the largest treated as zero, as
+    scikit-learn's ``LinearRegression`` does (its ``tol``). So collinear or nearly collinear
+    covariates get a minimum-norm fit, not huge opposite coefficients fitted to noise that
+    explode once the covariates move apart in the future. Returns (H,) float64.
+    """
+    import scipy.linalg
+
+    dtype = x.dtype if x.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    x, x_new, y = x.astype(dtype, copy=False), x_new.astype(dtype, copy=False), y.astype(dtype)
+    x_mean, y_mean = x.mean(axis=0), y.mean()
+    coef, *_ = scipy.linalg.lstsq(x - x_mean, y - y_mean, cond=LSTSQ_CUTOFF)
+    intercept = y_mean - x_mean @ coef
+    return (x_new @ coef + intercept).astype(np.float64)
+
+
 class LinearRegression:
-    """Ordinary least squares of the target on the covariates at the same step."""
+    """Ordinary least squares of the target on the covariates at the same step.
+
+    Equal to scikit-learn's ``LinearRegression`` (fitted on the raw covariates as stored); see
+    ``_least_squares_fit_predict`` for how rank-deficient histories are handled.
+    """
 
     name = "linear"
-    alpha = 0.0
+
+    def predict(self, batch: list[TaskInput]) -> list[Forecast]:
+        return [
+            Forecast(
+                point=_least_squares_fit_predict(
+                    t.history_covariates.T, t.history_target, t.future_covariates.T
+                )
+            )
+            for t in batch
+        ]
+
+
+class RidgeRegression:
+    """Ridge regression, strength 10, covariates standardised on the history."""
+
+    name = "ridge"
+    alpha = 10.0
 
     def predict(self, batch: list[TaskInput]) -> list[Forecast]:
         out = []
@@ -201,13 +242,6 @@ class LinearRegression:
             y = t.history_target.astype(np.float64)
             out.append(Forecast(point=_ridge_fit_predict(x, y, x_new, self.alpha)))
         return out
-
-
-class RidgeRegression(LinearRegression):
-    """Ridge regression, strength 10, covariates standardised on the history."""
-
-    name = "ridge"
-    alpha = 10.0
 
 
 XGBOOST_PARAMS = {
@@ -257,6 +291,22 @@ class XGBoost:
             )
             for t in batch
         ]
+
+
+def task_key(task: TaskInput) -> tuple[int, ...]:
+    """Four 32-bit words naming a task, to seed per-task randomness.
+
+    From the task id when there is one, else from the bytes of the task's arrays; never from
+    its position in a batch, so a forecast does not depend on chunking or subsetting.
+    """
+    digest = hashlib.sha256()
+    if task.task_id:
+        digest.update(b"id:" + task.task_id.encode())
+    else:
+        for array in (task.history_target, task.history_covariates, task.future_covariates):
+            values = np.ascontiguousarray(array)
+            digest.update(f"{values.dtype.str}{values.shape}".encode() + values.tobytes())
+    return tuple(int.from_bytes(digest.digest()[i : i + 4], "little") for i in range(0, 16, 4))
 
 
 FEATURES = ("z_future", "z_future_lag", "z_origin", "z_delta", "target_stats", "horizon")
@@ -318,13 +368,13 @@ class TunedPairs:
 
     def predict(self, batch: list[TaskInput]) -> list[Forecast]:
         out = []
-        for index, t in enumerate(batch):
+        for t in batch:
             y = t.history_target.astype(np.float64)
             context, horizon = y.size, t.prediction_length
             z = np.concatenate([t.history_covariates, t.future_covariates], axis=1).T.astype(
                 np.float64
             )
-            rng = np.random.default_rng([self.seed, index, context, horizon])
+            rng = np.random.default_rng([self.seed, *task_key(t)])
             first = self.WINDOW - 1
             origins = rng.integers(first, context - 1, self.max_rows)
             horizons = rng.integers(1, np.minimum(horizon, context - 1 - origins) + 1)
@@ -344,7 +394,7 @@ class TunedPairs:
         return out
 
 
-BASELINES = {
+BASELINES: dict[str, Callable[[], Forecaster]] = {
     "naive": Naive,
     "linear": LinearRegression,
     "ridge": RidgeRegression,
@@ -383,7 +433,7 @@ def _json_safe(value: object, depth: int = 0) -> object:
     return {"type": f"{kind.__module__}.{kind.__qualname__}"}
 
 
-def _params(model: object) -> dict:
+def _params(model: object) -> object:
     """The model's ``params()`` if it has one, else its public non-callable class and instance
     attributes (instance ones win)."""
     method = getattr(model, "params", None)
@@ -427,7 +477,11 @@ def fingerprint(model: Forecaster | str) -> dict:
     """
     if isinstance(model, str):
         instance = make_forecaster(model)
-        content = {"baseline": model, "version": __version__, "params": _params(instance)}
+        content: dict[str, object] = {
+            "baseline": model,
+            "version": __version__,
+            "params": _params(instance),
+        }
     else:
         klass = type(model)
         source = _source_file(model)

@@ -54,6 +54,8 @@ def score(
             "wql": wql(y_true, quantiles),
             "wape": wape(y_true, median if point is None else point),
         }
+    if point is None:
+        raise ValueError("a forecast without quantiles needs a point forecast")
     return {
         "wql": wql(y_true, np.asarray(point)[:, None], levels=(0.5,)),
         "wape": wape(y_true, point),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -128,6 +129,6 @@ def _plots(per_task: pd.DataFrame, reference: str, folder: Path) -> None:
         figure.tight_layout()
         _write(
             folder / f"skill_by_{axis}.png",
-            lambda tmp, figure=figure: figure.savefig(tmp, dpi=100, format="png"),
+            functools.partial(figure.savefig, dpi=100, format="png"),
         )
         plt.close(figure)

@@ -161,7 +161,7 @@ def check_models(models: list[Forecaster | str]) -> list[str]:
     return labels
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def _one_line(text: object, limit: int = 300) -> str:
     text = " ".join(str(text).split()) or "no message"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -223,6 +223,14 @@ def _score_chunk(
     with Corpus(corpus_path) as corpus:
         tasks = [corpus[task_id] for task_id in task_ids]
         units = covariate_units(corpus.attrs)
+    return _score_tasks(units, tasks, models)
+
+
+def _score_tasks(
+    units: dict[tuple[str, str], dict[str, str]], tasks: list, models: list[Forecaster | str]
+) -> list[pd.DataFrame]:
+    """``_score_chunk`` on tasks already read (a dask worker may not see the corpus file);
+    ``units`` are the covariate units by (simulator, target), as ``covariate_units`` gives."""
     inputs = [TaskInput.from_task(t, units.get((t.simulator, t.target))) for t in tasks]
     frames = []
     for model in models:
@@ -230,7 +238,9 @@ def _score_chunk(
         forecasts = _predict(forecaster, inputs)
         rows = []
         for index, task in enumerate(tasks):
-            result = forecasts if isinstance(forecasts, str) else None
+            result: dict[str, float] | str | None = (
+                forecasts if isinstance(forecasts, str) else None
+            )
             if result is None:
                 try:
                     result = _score_forecast(
@@ -239,7 +249,7 @@ def _score_chunk(
                 except Exception as exc:
                     result = _one_line(f"scoring raised {type(exc).__name__}: {exc}")
             failed = result if isinstance(result, str) else ""
-            metrics = {"wql": np.nan, "wape": np.nan} if failed else result
+            metrics = result if isinstance(result, dict) else {"wql": np.nan, "wape": np.nan}
             label = _model_label(model)
             rows.append({"task_id": task.task_id, "model": label, **metrics, "failed": failed})
         frames.append(pd.DataFrame(rows, columns=CHUNK_COLUMNS))
@@ -320,12 +330,15 @@ def _lock_folder(out: Path) -> Iterator[None]:
         yield
 
 
-def check_out_folder(out: str | os.PathLike, corpus_path: str | os.PathLike) -> Path:
-    """``out`` as a folder that exists and can be written, or a clear ``OutputError``."""
+def check_out_folder(
+    out: str | os.PathLike, corpus_path: str | os.PathLike, create: bool = True
+) -> Path:
+    """``out`` as a folder that exists and can be written, or a clear ``OutputError``;
+    ``create=False`` checks it without creating anything."""
     if str(out).strip() == "":
         raise OutputError("the output folder (--out) is empty; give a folder for the results")
     out = check_output_path(out, inputs=[corpus_path], folder=True)
-    return make_folder(out)
+    return make_folder(out) if create else out
 
 
 def _prepare_model_folder(
@@ -364,25 +377,44 @@ def evaluate(
     seed: int = 0,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    cluster=None,
 ) -> EvaluationResult:
     """Score every model on the corpus (or a stratified subset) and write the reports to ``out``.
 
     ``log`` receives notes as they happen (a changed model or an unreadable chunk recomputed);
     they are also in ``result.notes``. Model failures do not raise: see ``result.failures``.
+    ``cluster`` (a ``whatif_bench.cluster.DaskCluster`` or a connected ``distributed.Client``)
+    scores the chunks on a dask cluster instead of ``jobs`` local processes: it is connected
+    before ``out`` is created; this process reads the tasks and sends them with each chunk, so
+    the workers need no access to the corpus file. The results are the same either way.
     """
-    from tqdm import tqdm
-
-    from whatif_bench.evaluation.report import write_reports
-    from whatif_bench.generator.corpus import Corpus
-    from whatif_bench.workers import parallel
+    from whatif_bench.cluster import open_pool
 
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise EvaluationError(f"jobs must be a positive integer, got {jobs!r}")
+    if cluster is not None and jobs != 1:
+        raise EvaluationError(f"give jobs ({jobs} local processes) or a cluster, not both")
     labels = check_models(models)
     if reference not in labels:
         raise EvaluationError(
             f"the reference model {reference!r} must be one of the models {labels}"
         )
+    check_out_folder(out, corpus_path, create=False)
+    with open_pool(jobs, cluster) as pool:
+        return _run_evaluation(
+            corpus_path, models, labels, out, subset, reference, seed, pool, progress, log
+        )
+
+
+def _run_evaluation(
+    corpus_path, models, labels, out, subset, reference, seed, pool, progress, log
+) -> EvaluationResult:
+    """``evaluate`` once the models are checked and the pool is ready."""
+    from tqdm import tqdm
+
+    from whatif_bench.evaluation.report import write_reports
+    from whatif_bench.generator.corpus import Corpus
+
     out = check_out_folder(out, corpus_path)
     corpus_path = Path(corpus_path)
     notes: list[str] = []
@@ -398,6 +430,11 @@ def evaluate(
         if frame.empty:
             raise EvaluationError(f"{corpus_path} holds no tasks")
         tasks = select_tasks(frame, subset, seed)
+        if subset is not None and log is not None:
+            log(  # said, but not a note of the result: nothing went wrong
+                f"--subset {subset:g} selects {len(tasks):,} of {len(frame):,} tasks "
+                f"({len(tasks) / len(frame):.1%}): ceil({subset:g} x size) of each stratum"
+            )
         manifest = _manifest(corpus_path, attrs, tasks, subset, seed)
         manifest_path = out / "manifest.json"
         if manifest_path.exists():
@@ -429,20 +466,24 @@ def evaluate(
             if pending:
                 todo.append((index, chunk, pending))
         bar = tqdm(total=len(todo), desc="evaluating", unit="chunk", disable=not progress)
-        calls = [(str(corpus_path), chunk, [m for m, _ in pending]) for _, chunk, pending in todo]
-        if jobs == 1:
-            results = (_score_chunk(*call) for call in calls)
-        else:
-            from joblib import delayed
-
-            results = parallel(jobs, return_as="generator")(
-                delayed(_score_chunk)(*call) for call in calls
-            )
-        for (index, _, pending), frames in zip(todo, results, strict=True):
-            for (_, label), frame in zip(pending, frames, strict=True):
-                _write_chunk(frame, folders[label] / _chunk_name(index))
-                done[label, index] = frame
-            bar.update()
+        with contextlib.ExitStack() as stack:
+            if pool.distributed:  # read here, a few chunks ahead of the workers
+                corpus = stack.enter_context(Corpus(corpus_path))
+                calls = (
+                    ([corpus[task_id] for task_id in chunk], [m for m, _ in pending])
+                    for _, chunk, pending in todo
+                )
+                results = pool.ordered(_score_tasks, calls, shared=(covariate_units(corpus.attrs),))
+            else:
+                calls = (
+                    (str(corpus_path), chunk, [m for m, _ in pending]) for _, chunk, pending in todo
+                )
+                results = pool.ordered(_score_chunk, calls)
+            for (index, _, pending), frames in zip(todo, results, strict=True):
+                for (_, label), frame in zip(pending, frames, strict=True):
+                    _write_chunk(frame, folders[label] / _chunk_name(index))
+                    done[label, index] = frame
+                bar.update()
         bar.close()
 
         parts = [done[label, index] for label in labels for index in range(len(chunks))]

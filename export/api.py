@@ -85,7 +85,8 @@ def task_batches(
     batch writes the same bytes every time."""
     max_tasks = max_tasks or BATCH_TASKS
     max_values = max_values or BATCH_VALUES
-    batch, values = [], 0
+    batch: list = []
+    values = 0
     for row in tasks[["task_id", "k", "context", "prediction"]].itertuples(index=False):
         size = (2 * int(row.k) + 2) * int(row.prediction) + (int(row.k) + 1) * int(row.context)
         if batch and (len(batch) >= max_tasks or values + size > max_values):

@@ -26,7 +26,11 @@ def add_arguments(subparsers) -> None:
     parser.add_argument(
         "--subset",
         type=fraction,
-        help="stratified fraction of the tasks, in (0, 1] (default: all tasks)",
+        help=(
+            "stratified fraction of the tasks, in (0, 1]: each combination of simulator, future, "
+            "K, C, ell and E keeps ceil(fraction x its tasks), so at least one each and a larger "
+            "share than asked for small fractions (default: all tasks)"
+        ),
     )
     parser.add_argument(
         "--seed", type=seed_int, default=0, help="seed of the --subset draw (default: 0)"

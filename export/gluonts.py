@@ -242,7 +242,7 @@ def load(folder, group: dict[str, Any] | str):
     folder = Path(folder)
     if isinstance(group, str):
         meta = json.loads((folder / METADATA).read_text(encoding="utf-8"))
-        matches = [g for g in meta["groups"] if g["file"] == group]
+        matches: list[dict[str, Any]] = [g for g in meta["groups"] if g["file"] == group]
         if not matches:
             raise GluonTSExportError(f"{folder}: no file {group!r} in {METADATA}")
         group = matches[0]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def write(corpus, tasks, folder, progress: bool = True) -> dict[str, Any]:
     ids = list(tasks["task_id"])
     names = [task_folder_name(position) for position in range(len(ids))]
     (folder / TASKS).mkdir()
-    iterator = zip(ids, names, strict=True)
+    iterator: Iterable[tuple[str, str]] = zip(ids, names, strict=True)
     if progress:
         from tqdm import tqdm
 

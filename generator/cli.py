@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from whatif_bench.cli_types import positive_int, seed_int
+from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
+from whatif_bench.cli_types import seed_int
 from whatif_bench.errors import WhatIfError
 from whatif_bench.workers import default_jobs
 
@@ -37,12 +38,8 @@ def add_arguments(subparsers) -> None:
     generate.add_argument(
         "--seed", type=seed_int, default=0, help="master seed, 0 to 2**63 - 1 (default: 0)"
     )
-    cores = default_jobs()
-    generate.add_argument(
-        "--jobs",
-        type=positive_int,
-        default=cores,
-        help=f"worker processes, >= 1 (default: all {cores} cores)",
+    add_cluster_arguments(
+        generate, jobs_help=f"worker processes, >= 1 (default: all {default_jobs()} cores)"
     )
     generate.set_defaults(handler=_generate)
 
@@ -89,7 +86,7 @@ def _generate(args: argparse.Namespace) -> int:
         jobs=args.jobs,
     )
     started = time.perf_counter()
-    path = generate(config, progress=True)
+    path = generate(config, progress=True, cluster=cluster_from_args(args))
     from whatif_bench.generator.corpus import Corpus
     from whatif_bench.generator.summary import format_summary, summarise
 

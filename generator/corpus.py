@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -167,7 +168,7 @@ class Corpus:
         self._relationships: dict[tuple[str, str], dict] = {}
         self._recipe_arrays: tuple[dict, dict] | None = None
         self._baselines: dict[tuple[str, str], np.ndarray] = {}
-        self._datasets: dict[str, tuple[object, int]] = {}  # name -> (dataset, length)
+        self._datasets: dict[str, tuple[Any, int]] = {}  # name -> (dataset, length)
         self._infos: dict[tuple[str, str], dict] = {}
 
     # ---- layout ----------------------------------------------------------------------

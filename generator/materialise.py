@@ -34,7 +34,7 @@ def _future(
     horizon = baseline_future.size
     padded = np.zeros(max(length, horizon))
     padded[:horizon] = baseline_future
-    schedule = EventSchedule([0], [length], factors[None, :])
+    schedule = EventSchedule(np.array([0]), np.array([length]), factors[None, :])
     target = relationship.apply_events(padded, schedule)[:horizon]
     covariates = relationship.covariate_values(padded.size, schedule)[:, :horizon]
     return target, covariates

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from whatif_bench.generator.axes import C4
+from whatif_bench.generator.axes import C4, E_SETTINGS, EVENT_LENGTHS
+from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.registry import load_registry
 from whatif_bench.simulators.base import Baselines
 from whatif_bench.simulators.store import read_baselines
 
 
-def select_targets(config) -> list[tuple[object, Baselines]]:
+def select_targets(config) -> list[tuple[Relationship, Baselines]]:
     """(relationship, baselines) for every selected target, in registry order.
 
     ``config.simulators`` and ``config.targets`` narrow the selection; targets may be given
@@ -61,7 +64,37 @@ def select_targets(config) -> list[tuple[object, Baselines]]:
             )
         _check_fits_float32(config.baselines, rel.simulator, rel.target, item.series[rel.target])
         selection.append((rel, item))
+    for simulator in dict.fromkeys(rel.simulator for rel, _ in selection):
+        _check_long_enough(config.baselines, baselines[simulator])
     return selection
+
+
+def longest_window(simulator: str) -> int:
+    """Steps of the longest task window of ``simulator``'s axis settings (context + horizon)."""
+    from whatif_bench.generator.axes import contexts, layout
+
+    return max(
+        layout(context, prediction, length, setting).window
+        for context, prediction in contexts(simulator).values()
+        for length in EVENT_LENGTHS
+        for setting in E_SETTINGS
+    )
+
+
+def _check_long_enough(source, baselines: Baselines) -> None:
+    """Every axis setting must fit: say how many steps and days a baseline needs."""
+    from whatif_bench.generator.sweep import GenerationError
+
+    needed = longest_window(baselines.simulator)
+    if baselines.n_steps >= needed:
+        return
+    day = 86400 / baselines.interval_s
+    raise GenerationError(
+        f"{source}: the {baselines.simulator} baseline has {baselines.n_steps:,} steps "
+        f"({baselines.n_steps / day:.2f} days at {baselines.interval_s:g} s a step); the axes need "
+        f"windows of up to {needed:,} steps, so simulate at least {math.ceil(needed / day)} days "
+        f"(whatif simulate --days {math.ceil(needed / day)})"
+    )
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -17,9 +17,10 @@ def summarise(corpus: Corpus) -> dict:
     pairs = corpus.pairs
     n_futures = len(corpus.futures)
 
-    def counts(frame: pd.DataFrame) -> dict:
-        generated = len(frame) * n_futures
-        kept = int(frame["kept"].sum()) * n_futures
+    def counts(frame: pd.DataFrame, futures: int = n_futures) -> dict:
+        """Tasks made from the pairs in ``frame``: one per pair and future type."""
+        generated = len(frame) * futures
+        kept = int(frame["kept"].sum()) * futures
         return {
             "generated": generated,
             "kept": kept,
@@ -30,9 +31,8 @@ def summarise(corpus: Corpus) -> dict:
         axis: {str(value): counts(group) for value, group in pairs.groupby(column, sort=True)}
         for axis, column in AXES.items()
     }
-    by_future = {
-        future: counts(pairs) | {"tasks": int(pairs["kept"].sum())} for future in corpus.futures
-    }
+    # a pair is kept or dropped as a whole, so each future type has one task per kept pair
+    by_future = {future: counts(pairs, futures=1) for future in corpus.futures}
     reasons = pairs.loc[~pairs["kept"], "drop_reason"].value_counts().to_dict()
     attrs = corpus.attrs
     return {
@@ -54,6 +54,11 @@ def format_summary(summary: dict) -> str:
         f"{summary['file']}: {summary['tasks']['kept']:,} of {summary['tasks']['generated']:,} tasks kept "
         f"({summary['tasks']['pass_rate']:.1%}) over {summary['targets']} targets; seed {summary['master_seed']}, "
         f"toolkit {summary['toolkit_version']}",
+        "by future: "
+        + ", ".join(
+            f"{future}: {c['kept']:,}/{c['generated']:,} ({c['pass_rate']:.0%})"
+            for future, c in summary["by_future"].items()
+        ),
         "dropped pairs by reason: "
         + (
             ", ".join(f"{k} event {v}" for k, v in summary["dropped_pairs_by_reason"].items())

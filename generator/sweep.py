@@ -1,8 +1,8 @@
 """The sweep: every target x K x C x l x E, drawn, materialised, verified, streamed to HDF5.
 
-Work is split by target (200 pairs each) over joblib workers; results come back in the
-canonical order and are written by the main process, so the file does not depend on the
-number of workers.
+Work is split by target (200 pairs each) over joblib workers or a dask cluster
+(``whatif_bench.cluster``); results come back in the canonical order and are written by the
+main process, so the file does not depend on the number of workers or where they run.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from whatif_bench.generator.materialise import STORE_DTYPE, materialise
 from whatif_bench.generator.recipe import PairKey, Recipe, draw_recipe
 from whatif_bench.generator.verification import THRESHOLD, future_ratio, history_ratios
 from whatif_bench.relationships.engine import Relationship
-from whatif_bench.workers import default_jobs, parallel
+from whatif_bench.workers import default_jobs
 
 
 class GenerationError(WhatIfError):
@@ -190,26 +190,35 @@ def _interrupt_flag():
         signal.signal(signal.SIGINT, previous)
 
 
-def generate(config: GenerationConfig, progress: bool = True) -> Path:
+def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> Path:
     """Run the whole sweep and write the corpus file atomically; returns its path.
 
+    ``cluster`` (a ``whatif_bench.cluster.DaskCluster`` or a connected ``distributed.Client``)
+    runs the targets on a dask cluster instead of ``config.jobs`` local processes; it is
+    connected first, so an unreachable scheduler fails before anything is written, and the
+    file is byte for byte the one a local run writes.
     Before any work the output is checked (not a folder, not under a file, not the baselines
     file) and locked (a second run on the same output fails at once). The corpus is written to
     a per-process hidden temporary file and renamed over ``config.out`` only when complete, so
     a failed, interrupted or killed run leaves any earlier corpus as it was. A full disk or a
     read-only folder is an ``OutputError`` naming the path.
     """
+    from whatif_bench.cluster import open_pool
     from whatif_bench.generator.selection import select_targets
     from whatif_bench.generator.writer import CorpusWriter
     from whatif_bench.outputs import atomic_output
 
+    if cluster is not None and config.jobs not in (None, 1):
+        raise GenerationError(f"give jobs ({config.jobs} local processes) or a cluster, not both")
     out = Path(config.out)
-    with atomic_output(config.out, inputs=[config.baselines]) as tmp:
+    with (
+        open_pool(config.jobs or default_jobs(), cluster) as pool,
+        atomic_output(config.out, inputs=[config.baselines]) as tmp,
+    ):
         remove_stale_temporaries(out, tmp)
         selection = select_targets(config)
-        jobs = config.jobs or default_jobs()
         with _interrupt_flag() as interrupted, CorpusWriter(config, selection, tmp) as writer:
-            for relationship, results in _run(selection, config.seed, jobs, progress):
+            for relationship, results in _run(selection, config.seed, pool, progress):
                 if interrupted.is_set():
                     raise KeyboardInterrupt
                 writer.add_target(relationship, results)
@@ -218,20 +227,11 @@ def generate(config: GenerationConfig, progress: bool = True) -> Path:
     return out
 
 
-def _run(selection, seed: int, jobs: int, progress: bool):
-    from joblib import delayed
+def _run(selection, seed: int, pool, progress: bool):
     from tqdm import tqdm
 
-    if jobs == 1:
-        outputs = (
-            generate_target(rel, baseline.series[rel.target], seed) for rel, baseline in selection
-        )
-    else:
-        calls = (
-            delayed(generate_target)(rel, baseline.series[rel.target], seed)
-            for rel, baseline in selection
-        )
-        outputs = parallel(jobs, return_as="generator", batch_size=1)(calls)
+    calls = ((rel, baseline.series[rel.target], seed) for rel, baseline in selection)
+    outputs = pool.ordered(generate_target, calls)
     bar = tqdm(total=len(selection), desc="generating", unit="target", disable=not progress)
     try:
         for (relationship, _), results in zip(selection, outputs, strict=True):

@@ -134,7 +134,7 @@ class CorpusWriter:
 
     def add_target(self, relationship, results: list[PairResult]) -> None:
         """Append one target's pairs (in canonical order)."""
-        chunks = {name: [] for name in DATA_DATASETS}
+        chunks: dict[str, list[np.ndarray]] = {name: [] for name in DATA_DATASETS}
         for result in results:
             self._add_row(result)
             for name in DATA_DATASETS:

@@ -11,11 +11,24 @@ to user-registered forms and are dispatched by kernels rebuilt in ``dispatch.py`
 from __future__ import annotations
 
 import math
+from typing import Literal, TypedDict
 
 import numba
 import numpy as np
 
-JIT_OPTIONS = {"cache": True, "fastmath": False, "error_model": "numpy"}
+
+class JitFlags(TypedDict, total=False):
+    """Keyword arguments of ``numba.njit`` used here (typed, so the checker accepts ``**``)."""
+
+    fastmath: bool
+    error_model: Literal["python", "numpy"]
+    cache: bool
+
+
+# The one place for numba's numeric flags. JIT_FLAGS suit functions made at run time (user
+# forms, dispatch chains), which numba cannot cache on disk; JIT_OPTIONS add the cache.
+JIT_FLAGS: JitFlags = {"fastmath": False, "error_model": "numpy"}
+JIT_OPTIONS: JitFlags = {**JIT_FLAGS, "cache": True}
 CUSTOM_CODE_BASE = 100
 
 MULTIPLICATIVE = 0

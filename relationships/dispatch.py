@@ -31,7 +31,7 @@ _custom_cache: dict[tuple[int, ...], KernelSet] = {}
 
 
 def _chain_primary(base: Any, code: int, function: Any) -> Any:
-    @numba.njit(fastmath=False, error_model="numpy")
+    @numba.njit(**k.JIT_FLAGS)
     def dispatch(form_code, y, f, p):
         if form_code == code:
             return function(y, f, p)
@@ -41,7 +41,7 @@ def _chain_primary(base: Any, code: int, function: Any) -> Any:
 
 
 def _chain_effect(base: Any, code: int, function: Any) -> Any:
-    @numba.njit(fastmath=False, error_model="numpy")
+    @numba.njit(**k.JIT_FLAGS)
     def dispatch(form_code, f, p):
         if form_code == code:
             return function(f, p)
@@ -51,9 +51,9 @@ def _chain_effect(base: Any, code: int, function: Any) -> Any:
 
 
 def _rejit(kernel: Any, namespace: dict[str, Any]) -> Any:
-    function = kernel.py_func
+    function = getattr(kernel, "py_func", kernel)  # a plain function under NUMBA_DISABLE_JIT=1
     clone = types.FunctionType(function.__code__, namespace, function.__name__)
-    return numba.njit(fastmath=False, error_model="numpy")(clone)
+    return numba.njit(**k.JIT_FLAGS)(clone)
 
 
 def current_kernels() -> KernelSet:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from whatif_bench.relationships.forms import (
     BUILTIN_EFFECTS,
     BUILTIN_FORMS,
@@ -72,7 +74,7 @@ def _form_table(title: str, forms: dict[str, FormDefinition]) -> list[str]:
     return [*lines, ""]
 
 
-def _shown(library: dict[str, FormDefinition], names: set[str]) -> dict[str, FormDefinition]:
+def _shown(library: dict[str, FormDefinition], names: Collection[str]) -> dict[str, FormDefinition]:
     """Built-in forms and the user forms the registry uses (not every form ever registered)."""
     return {name: form for name, form in library.items() if name in names}
 

@@ -289,7 +289,7 @@ def _register(
         import numba
 
         table = FORMS if kind == "primary" else EFFECTS
-        scalar = numba.njit(fastmath=False, error_model="numpy")(function)
+        scalar = numba.njit(**k.JIT_FLAGS)(function)
         code = k.CUSTOM_CODE_BASE + len(table)
 
         def reference(*arrays: np.ndarray) -> np.ndarray:

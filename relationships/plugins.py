@@ -82,7 +82,8 @@ def load_form_modules(paths: Iterable[str | Path], timeout: float | None = None)
                 _probe_alone,
                 new,
                 USER_CODE_TIMEOUT_S if timeout is None else timeout,
-                lambda d, raw=raw: f"{raw}: {d.kind} form {d.name!r}",
+                # (mypy cannot infer the type of a lambda with a default argument)
+                lambda d, raw=raw: f"{raw}: {d.kind} form {d.name!r}",  # type: ignore[misc]
             )
         except SpecError:
             _forget_new_forms(*before)
@@ -146,6 +147,7 @@ def _call(form: FormDefinition, point: tuple[float, ...], params: Any, where: st
 
     names = ("y", "f")[-len(point) :]
     shown = ", ".join(f"{n}={v:.6g}" for n, v in zip(names, point, strict=True))
+    assert form.scalar is not None, "user forms are compiled when registered"
     try:
         value = form.scalar(*point, params)
     except Exception as exc:  # noqa: BLE001 (user code)

@@ -175,14 +175,14 @@ def _int_to_float(value: int | float, error: Any) -> float:
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {
+    names: dict[object, str] = {
         str: "a string",
         float: "a number",
         bool: "true/false",
         list: "a list",
         dict: "a table",
     }
-    return names.get(kind, getattr(kind, "__name__", str(kind)))  # type: ignore[arg-type]
+    return names.get(kind, getattr(kind, "__name__", str(kind)))
 
 
 def _number_map(table: _Table, field: str, lower: float) -> dict[str, float]:

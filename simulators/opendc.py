@@ -167,7 +167,8 @@ def write_workload(
     folder.mkdir(parents=True, exist_ok=True)
     start = min(int(vm.timestamps_s[0]) for vm in vms)
     limit_s = int(days * 86400)
-    tasks, fragments = [], []
+    tasks: list[dict] = []
+    fragments: list[dict] = []
     for vm in vms:
         keep = (vm.timestamps_s - start) < limit_s
         samples = vm.cpu_usage_mhz[keep]

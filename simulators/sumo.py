@@ -172,7 +172,7 @@ def check_profile(profile: object) -> Profile:
     try:
         periods = tuple(
             (_whole(a), _whole(b), _whole(rate))
-            for a, b, rate in profile  # type: ignore[union-attr]
+            for a, b, rate in profile  # type: ignore[attr-defined]  # a non-iterable: TypeError below
         )
     except (TypeError, ValueError):
         raise SimulatorError(
@@ -294,7 +294,12 @@ def parse_outputs(folder: Path, n_steps: int) -> tuple[dict[str, np.ndarray], di
         for (detector, field), values in grids.items():
             name = f"{field}_{detector}"
             if np.isnan(values).any():
-                raise SimulatorError(f"SUMO's {file} misses intervals for {name}")
+                missing = int(np.isnan(values).sum())
+                raise SimulatorError(
+                    f"SUMO's {file} misses {missing} of {n_steps} intervals for {name}: SUMO "
+                    "stopped before the end (it ends cleanly on SIGTERM, so a stopped run "
+                    "exits 0); run it again"
+                )
             if field in SPEED_FIELDS:
                 values = _carry_forward(values, name)
             elif field in ZERO_WHEN_EMPTY:

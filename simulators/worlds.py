@@ -22,7 +22,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -47,7 +47,11 @@ BENCHMARK_PARAMS: dict[str, dict[str, tuple[object, ...]]] = {
     "sumo": {"seed": (sumo.SEED,), "profile": (sumo.DAILY_PROFILE,)},
     "opendc": {},
 }
-_RUNNERS = {"epanet": epanet.run, "gridlabd": gridlabd.run, "sumo": sumo.run}
+_RUNNERS: dict[str, Callable[..., Baselines]] = {
+    "epanet": epanet.run,
+    "gridlabd": gridlabd.run,
+    "sumo": sumo.run,
+}
 
 
 @dataclass(frozen=True)

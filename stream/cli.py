@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
 from whatif_bench.cli_types import positive_int, seed_int
 
 
@@ -55,10 +56,8 @@ def add_arguments(subparsers) -> None:
         "--cache",
         help=f"training-world cache folder (default: ${CACHE_ENV}, else {DEFAULT_CACHE})",
     )
-    parser.add_argument(
-        "--jobs",
-        type=positive_int,
-        help="worker processes making shards (default: all cores; output is the same)",
+    add_cluster_arguments(
+        parser, jobs_help="worker processes making shards (default: all cores; output is the same)"
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing --out (default: off)"
@@ -71,6 +70,7 @@ def _stream(args: argparse.Namespace) -> int:
     from whatif_bench.stream.task_stream import TaskStream
     from whatif_bench.workers import default_jobs
 
+    cluster = cluster_from_args(args)
     stream = TaskStream(
         args.seed,
         count=args.count,
@@ -83,8 +83,9 @@ def _stream(args: argparse.Namespace) -> int:
         stream,
         args.out,
         shard_size=args.shard_size,
-        jobs=args.jobs or default_jobs(),
+        jobs=1 if cluster is not None else args.jobs or default_jobs(),
         overwrite=args.overwrite,
+        cluster=cluster,
     )
     print(f"wrote {args.count} tasks to {out} (seed {stream.seed})")
     return 0

@@ -30,7 +30,8 @@ def resolve_seed(seed: int | None) -> int:
     ``2**63 - 1``.
     """
     if seed is None:
-        return int(np.random.SeedSequence().entropy % (MAX_SEED + 1))
+        # numpy types entropy as int | Sequence[int] | None; drawn fresh it is an int
+        return int(np.random.SeedSequence().entropy % (MAX_SEED + 1))  # type: ignore[operator]
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
         raise SeedError(f"the seed must be a non-negative integer or None, got {seed!r}")
     if not 0 <= int(seed) <= MAX_SEED:

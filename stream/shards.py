@@ -2,9 +2,10 @@
 
 Shard ``i`` holds slots ``i * size`` .. ``(i + 1) * size - 1`` of the stream (the last may be
 shorter), in the parquet export's columns (``whatif_bench.export.parquet``); the world, slot and
-seed of each task are in its ``recipe`` JSON. Shards are made in parallel and written in order
-into a temporary folder that is renamed to ``out`` only once ``manifest.json`` is in it, so the
-files are the same for any number of jobs and a killed run never leaves a complete-looking folder.
+seed of each task are in its ``recipe`` JSON. Shards are made in parallel (local processes or a
+dask cluster) and written in order into a temporary folder that is renamed to ``out`` only once
+``manifest.json`` is in it, so the files are the same for any number of jobs or workers and a
+killed run never leaves a complete-looking folder.
 """
 
 from __future__ import annotations
@@ -47,25 +48,41 @@ def write_shards(
     jobs: int = 1,
     overwrite: bool = False,
     progress: bool = True,
+    cluster=None,
 ) -> Path:
-    """Write the ``count`` tasks of ``stream`` (a counted ``TaskStream``) as shards in ``out``."""
-    import pyarrow.parquet as pq
-    from joblib import delayed
-    from tqdm import tqdm
+    """Write the ``count`` tasks of ``stream`` (a counted ``TaskStream``) as shards in ``out``.
 
-    from whatif_bench.export.api import _check_out, _file_hashes, _remove, _stale
-    from whatif_bench.export.parquet import COMPRESSION, COMPRESSION_LEVEL
-    from whatif_bench.generator.writer import registry_hash
-    from whatif_bench.workers import parallel
+    ``cluster`` (a ``whatif_bench.cluster.DaskCluster`` or a connected ``distributed.Client``)
+    makes the shards on a dask cluster instead of ``jobs`` local processes: it is connected
+    before any world is read or anything written; the stream is sent to the workers once with
+    its worlds in it (they need no world cache); the files are the same as a local run's.
+    """
+    from whatif_bench.cluster import open_pool
+    from whatif_bench.export.api import _check_out
 
     if stream.count is None:
         raise OutputError("an endless stream cannot be written; give a count")
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise OutputError(f"the shard size must be a positive integer, got {shard_size!r}")
+    if cluster is not None and jobs != 1:
+        raise OutputError(f"give jobs ({jobs} local processes) or a cluster, not both")
     out = Path(os.path.abspath(check_output_path(out, inputs=[], folder=True)))
     if out.parent == out:
         raise OutputError(f"{out}: cannot write to the root folder; give a folder inside it")
     _check_out(out, overwrite)
+    with open_pool(jobs, cluster) as pool:
+        return _write(stream, out, shard_size, overwrite, progress, pool)
+
+
+def _write(stream, out: Path, shard_size: int, overwrite: bool, progress: bool, pool) -> Path:
+    """``write_shards`` once the output is checked and the pool is ready."""
+    import pyarrow.parquet as pq
+    from tqdm import tqdm
+
+    from whatif_bench.export.api import _check_out, _file_hashes, _remove, _stale
+    from whatif_bench.export.parquet import COMPRESSION, COMPRESSION_LEVEL
+    from whatif_bench.generator.writer import registry_hash
+
     sources = stream.world_sources()  # builds or reads the worlds once, before any worker
     stream.entries()
     bounds = [
@@ -81,9 +98,8 @@ def write_shards(
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         try:
             (tmp / "data").mkdir(parents=True)
-            results = parallel(jobs, return_as="generator", batch_size=1)(
-                delayed(_shard_table)(stream, first, last) for first, last in bounds
-            )
+            shipped = stream.with_sources() if pool.distributed else stream
+            results = pool.ordered(_shard_table, bounds, shared=(shipped,))
             bar = tqdm(total=stream.count, unit="task", disable=not progress, desc="stream")
             for index, ((first, last), (arrow, part)) in enumerate(
                 zip(bounds, results, strict=True)

@@ -169,6 +169,14 @@ class TaskStream:
         state["_plan"] = False
         return state
 
+    def with_sources(self) -> TaskStream:
+        """The same stream with its worlds read into it: it makes the same tasks, and a process
+        without the world cache (a dask worker on another machine) can make them too."""
+        other = copy.copy(self)
+        other._sources = self.world_sources()
+        other._entries = None
+        return other
+
     def world_sources(self) -> list[WorldSource]:
         """The worlds this stream draws from (training worlds unless ``holdout=False``)."""
         if self._sources is not None:

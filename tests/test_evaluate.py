@@ -64,7 +64,18 @@ def test_evaluate_scores_every_task_and_writes_reports(tmp_path, corpus_path):
 
 
 def test_the_naive_error_is_its_wql_at_the_median(tmp_path, corpus_path):
-    result = evaluate(corpus_path, ["naive"], tmp_path / "n", subset=0.05, progress=False)
+    said: list[str] = []
+    result = evaluate(
+        corpus_path, ["naive"], tmp_path / "n", subset=0.05, progress=False, log=said.append
+    )
+    with Corpus(corpus_path) as corpus:
+        total = len(corpus.tasks_frame())
+    # the subset's size is said (rounded up per stratum, so above 5 %), and is not a problem
+    assert said == [
+        f"--subset 0.05 selects {len(result.per_task):,} of {total:,} tasks "
+        f"({len(result.per_task) / total:.1%}): ceil(0.05 x size) of each stratum"
+    ]
+    assert result.notes == [] and len(result.per_task) > 0.05 * total  # 1 task per stratum here
     row = result.per_task.iloc[0]
     with Corpus(corpus_path) as corpus:
         task = corpus[row["task_id"]]

@@ -389,32 +389,48 @@ def test_dot_root_and_symlink_outs_are_clear_errors(corpus_path, tmp_path, monke
     assert (tmp_path / "notes.txt").read_text() == "mine" and (real / "manifest.json").is_file()
 
 
+# Runs the real command line in a child process whose batch reader pauses after its first batch
+# (and says so in a file), so the Ctrl-C lands mid-export however fast the machine is.
+PAUSING_EXPORT = """
+import sys, time
+from pathlib import Path
+from whatif_bench import cli
+from whatif_bench.export import api
+
+marker, *args = sys.argv[1:]
+real = api.task_batches
+
+def pausing(*a, **k):
+    for number, batch in enumerate(real(*a, **k)):
+        yield batch
+        if number == 0:
+            Path(marker).write_text("paused")
+            time.sleep(120)
+
+api.task_batches = pausing
+sys.exit(cli.main(args))
+"""
+
+
 def test_ctrl_c_of_the_real_command_removes_the_temporary_folder(corpus_path, tmp_path):
     import signal
     import subprocess
+    import sys
     import time
 
-    from tests.conftest import whatif_executable
-
-    out = tmp_path / "o"
+    out, marker = tmp_path / "o", tmp_path.parent / f"{tmp_path.name}-paused"
     process = subprocess.Popen(
-        [
-            *whatif_executable(),
-            "export",
-            str(corpus_path),
-            "--format",
-            "parquet",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "-c", PAUSING_EXPORT, str(marker), "export", str(corpus_path)]
+        + ["--format", "parquet", "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     deadline = time.monotonic() + 120
-    while not list(tmp_path.glob(".o.partial-*")) and time.monotonic() < deadline:
+    while not marker.exists() and time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
-        time.sleep(0.002)
+        time.sleep(0.01)
+    assert list(tmp_path.glob(".o.partial-*")), "the export should be under way"
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err

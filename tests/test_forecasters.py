@@ -50,6 +50,48 @@ def test_ridge_matches_a_plain_closed_form_with_alpha_10_on_standardised_covaria
     assert not np.allclose(forecast.point, ols.point)  # the penalty shrinks the fit
 
 
+def sklearn_linear(task: TaskInput) -> np.ndarray:
+    from sklearn.linear_model import LinearRegression as SklearnLinearRegression
+
+    model = SklearnLinearRegression().fit(task.history_covariates.T, task.history_target)
+    return model.predict(task.future_covariates.T)
+
+
+def ill_conditioned_task(rng, dtype, kind: str, k: int = 3, context: int = 500, horizon: int = 48):
+    """Covariates (k, C + H) that are collinear in the history, then move apart in the future."""
+    base = rng.uniform(0.5, 8.0, context + horizon)
+    z = np.stack([base * (1.0 + 0.3 * i) + 2.0 * i for i in range(k)])
+    if kind == "nearly collinear":
+        z[1:, :context] += 1e-6 * rng.normal(size=(k - 1, context))
+    elif kind == "constant covariate":
+        z[1, :context] = 4.0
+    z[1:, context:] += rng.uniform(
+        0.5, 3.0, (k - 1, horizon)
+    )  # the future leaves the history's span
+    y = 10.0 + 1.5 * base + 0.01 * rng.normal(size=context + horizon)
+    z, y = z.astype(dtype), y.astype(dtype)
+    return TaskInput(y[:context], z[:, :context], z[:, context:])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", ["exactly collinear", "nearly collinear", "constant covariate"])
+def test_linear_equals_scikit_learn_on_rank_deficient_and_ill_conditioned_histories(
+    rng, dtype, kind
+):
+    task = ill_conditioned_task(rng, dtype, kind)
+    (forecast,) = LinearRegression().predict([task])
+    expected = sklearn_linear(task)
+    assert forecast.point.dtype == np.float64 and np.all(np.isfinite(forecast.point))
+    np.testing.assert_allclose(forecast.point, expected, rtol=1e-4 if dtype == np.float32 else 1e-9)
+
+
+def test_linear_equals_scikit_learn_on_well_posed_histories(rng):
+    for _ in range(5):
+        task, _ = linear_task(rng, noise=0.3, context=int(rng.integers(50, 500)))
+        (forecast,) = LinearRegression().predict([task])
+        np.testing.assert_allclose(forecast.point, sklearn_linear(task), rtol=1e-9)
+
+
 def test_xgboost_learns_a_step_response_and_is_deterministic(rng):
     context, horizon = 600, 60
     z = np.ones((1, context + horizon))
@@ -73,6 +115,24 @@ def test_tuned_pairs_use_future_covariates(rng):
         TunedPairs(features=("z_tomorrow",))
     with pytest.raises(ValueError, match="regressor must be"):
         TunedPairs(regressor="lasso")
+
+
+@pytest.mark.parametrize("regressor", ["ridge", "xgboost"])
+def test_tuned_forecasts_do_not_depend_on_batch_position(rng, regressor):
+    from dataclasses import replace
+
+    tasks = [
+        replace(linear_task(rng, noise=0.5, context=300, horizon=20)[0], task_id=f"t{i}")
+        for i in range(3)
+    ]
+    model = TunedPairs(regressor=regressor, max_rows=400)
+    together = [f.point for f in model.predict(tasks)]
+    alone = [model.predict([t])[0].point for t in reversed(tasks)][::-1]
+    for a, b in zip(together, alone, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # the same arrays under another id draw other (origin, horizon) pairs
+    renamed = replace(tasks[0], task_id="other")
+    assert not np.array_equal(model.predict([renamed])[0].point, together[0])
 
 
 def test_forecasts_are_validated():

@@ -227,7 +227,13 @@ def test_info_counts_by_axis(corpus_path):
     assert summary["tasks"]["generated"] == 1200
     assert set(summary["by_axis"]) == {"simulator", "K", "C", "ell", "E"}
     assert sum(v["generated"] for v in summary["by_axis"]["K"].values()) == 1200
-    assert summary["by_future"]["novel"]["tasks"] == summary["pairs"]["kept"]
+    kept_pairs = summary["pairs"]["kept"]
+    for future in ("replay", "novel"):
+        assert summary["by_future"][future]["generated"] == 600
+        assert summary["by_future"][future]["kept"] == kept_pairs
+    assert summary["tasks"]["kept"] == 2 * kept_pairs
+    text = run_whatif("info", str(corpus_path), check=True).stdout
+    assert f"replay: {kept_pairs:,}/600" in text and f"novel: {kept_pairs:,}/600" in text
 
 
 def test_show_prints_and_plots(tmp_path, corpus_path):

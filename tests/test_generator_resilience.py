@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import time
@@ -11,6 +12,7 @@ import numpy as np
 
 from tests.conftest import run_whatif, whatif_executable
 from whatif_bench.generator import Corpus
+from whatif_bench.generator.selection import longest_window
 from whatif_bench.simulators import read_baselines, shipped_baselines_path, write_baselines
 from whatif_bench.simulators.base import Baselines
 
@@ -115,4 +117,15 @@ def test_a_baseline_too_short_for_the_axes(tmp_path):
     cut = Baselines(**{**short.__dict__, "series": {k: v[:3000] for k, v in short.series.items()}})
     path = tmp_path / "short.h5"
     write_baselines(path, [cut])
-    _fails(tmp_path, "--baselines", str(path), message="does not fit the 3000-step baseline")
+    needed = longest_window("epanet")
+    days = math.ceil(needed * cut.interval_s / 86400)
+    _fails(
+        tmp_path,
+        "--baselines",
+        str(path),
+        message=(
+            f"the epanet baseline has 3,000 steps ({3000 * cut.interval_s / 86400:.2f} days at "
+            f"{cut.interval_s:g} s a step); the axes need windows of up to {needed:,} steps, so "
+            f"simulate at least {days} days (whatif simulate --days {days})"
+        ),
+    )

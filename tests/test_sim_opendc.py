@@ -5,6 +5,7 @@ the parser is tested on small files these tests write in OpenDC's documented col
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 import textwrap
@@ -39,7 +40,11 @@ def write_trace(folder, vm, n=12, cores=4, start=1376314846):
 
 
 # The Bitbrains trace OpenDC ships (see its README.md); read in place, never copied into the repo.
-SHARED_TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "opendc-bitbrains-small"
+# $WHATIF_SHARED_DATA names the shared data folder when the clone is not beside it.
+SHARED_DATA = Path(
+    os.environ.get("WHATIF_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
+)
+SHARED_TRACE = SHARED_DATA / "opendc-bitbrains-small"
 
 
 def write_shared_trace(folder, vms=("1019", "1023", "1026", "1052")):

@@ -193,16 +193,16 @@ def test_gridlabd_world_records_where_and_when_it_ran(cache):
     )
 
 
-@pytest.mark.parametrize(
-    "name", ["sumo-seed-7", pytest.param("sumo-demand-weekend", marks=pytest.mark.slow)]
-)
-def test_a_short_sumo_world_is_held_apart_from_the_benchmark(name, shipped, tmp_path):
-    baselines = run_world(get_world(name), days=1, workdir=tmp_path)
+@pytest.mark.parametrize("world", TRAINING_WORLDS["sumo"], ids=lambda w: w.name)
+def test_a_short_sumo_world_is_held_apart_from_the_benchmark(world, shipped, tmp_path):
+    baselines = run_world(world, days=1, workdir=tmp_path)
     assert baselines.n_steps == 288
     assert_held_apart(baselines, shipped["sumo"], width=72)  # six hours
 
 
-@pytest.mark.slow
+# A SUMO world's month takes minutes of simulation (four of them would take a quarter of an hour
+# on two cores), so the whole months are checked on request only: bash dev test -m heavy.
+@pytest.mark.heavy
 @pytest.mark.parametrize("world", TRAINING_WORLDS["sumo"], ids=lambda w: w.name)
 def test_sumo_world_is_a_real_run_held_apart_from_the_benchmark(world, shipped, cache):
     baselines = cache.get(world)

@@ -1,0 +1,168 @@
+"""Tasks/s, wall time and peak memory of PyTorch DataLoaders over the stream and the corpus.
+
+    python benchmarks/bench_dataloader.py [--count N] [--batch-size B] [--simulators S ...]
+                                          [--benchmark-worlds] [--corpus FILE]
+
+Each phase runs in its own process so its peak RSS is its own (the largest worker's is shown
+apart). The references are plain loops in one process: ``TaskStream`` turning each task into
+an item, and ``Corpus`` reading each task of the file in order. The DataLoader phases put
+``StreamDataset`` and ``CorpusDataset`` behind a ``DataLoader`` with 0 and 2 workers and
+``collate_tasks`` batches; worker start-up is included. CPU seconds are the main process's and
+its workers' (summed), so wall times on a loaded machine can be read against them. Every phase
+first draws one task outside the timed range, so numba's compilation is not timed. The stream
+draws from the training worlds of ``--simulators`` (built and cached on first use) unless
+``--benchmark-worlds``; without ``--corpus``, a corpus of a few EPANET and GridLAB-D targets is
+generated first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CORPUS_TARGETS = (
+    "epanet/pressure_10",
+    "epanet/flowrate_110",
+    "gridlabd/total_load",
+    "gridlabd/hvac_load",
+)
+SEED = 2026
+
+
+def _stream(args):
+    from whatif_bench.stream import TaskStream
+
+    if args.benchmark_worlds:
+        from whatif_bench.stream.sources import benchmark_sources
+
+        sources = benchmark_sources(args.simulators)
+        return TaskStream(SEED, count=args.count, sources=sources)
+    return TaskStream(SEED, count=args.count, simulators=args.simulators)
+
+
+def _phase(args) -> dict:
+    from torch.utils.data import DataLoader
+
+    from whatif_bench.generator import Corpus
+    from whatif_bench.stream import CorpusDataset, StreamDataset, collate_tasks, task_item
+
+    source, _, workers = args.phase.partition("-")
+    stream = _stream(args) if source == "stream" else None
+    if stream is not None:
+        stream.task(args.count)  # worlds loaded and kernels compiled, outside the timed range
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_before = before.ru_utime + before.ru_stime
+    started = time.perf_counter()
+    n = 0
+    if workers == "loop" and stream is not None:
+        for slot, task in enumerate(stream):
+            task_item(task, slot)
+            n += 1
+    elif workers == "loop":
+        with Corpus(args.corpus) as corpus:
+            for index, task in enumerate(corpus):
+                task_item(task, index)
+                n += 1
+    else:
+        dataset = StreamDataset(stream) if stream is not None else CorpusDataset(args.corpus)
+        loader = DataLoader(
+            dataset,
+            batch_size=args.batch_size,
+            num_workers=int(workers),
+            collate_fn=collate_tasks,
+        )
+        for batch in loader:
+            n += len(batch["task_id"])
+    seconds = time.perf_counter() - started
+    own, workers_used = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return {
+        "tasks": n,
+        "seconds": seconds,
+        "cpu_seconds": own.ru_utime + own.ru_stime - cpu_before,
+        "worker_cpu_seconds": workers_used.ru_utime + workers_used.ru_stime,
+        "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB -> MiB
+        "worker_peak_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=2000, help="stream tasks per phase")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--simulators", nargs="+", default=["epanet", "gridlabd"])
+    parser.add_argument("--benchmark-worlds", action="store_true")
+    parser.add_argument("--corpus")
+    parser.add_argument("--phase", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.phase:
+        print(json.dumps(_phase(args)))
+        return
+    folder = tempfile.TemporaryDirectory()
+    if not args.corpus:
+        from whatif_bench.generator import GenerationConfig, generate
+        from whatif_bench.simulators import shipped_baselines_path
+
+        args.corpus = str(Path(folder.name) / "corpus.h5")
+        started = time.perf_counter()
+        config = GenerationConfig(
+            baselines=str(shipped_baselines_path()), out=args.corpus, targets=CORPUS_TARGETS
+        )
+        generate(config, progress=False)
+        print(f"generated a corpus of {CORPUS_TARGETS} in {time.perf_counter() - started:.1f} s")
+    if not args.benchmark_worlds:
+        _stream(args).entries()  # builds missing training worlds once, before any timing
+    phases = ("stream-loop", "stream-0", "stream-2", "corpus-loop", "corpus-0", "corpus-2")
+    results = {}
+    for phase in phases:
+        command = [sys.executable, __file__, "--phase", phase, "--corpus", args.corpus]
+        command += ["--count", str(args.count), "--batch-size", str(args.batch_size)]
+        command += ["--simulators", *args.simulators]
+        command += ["--benchmark-worlds"] if args.benchmark_worlds else []
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        results[phase] = json.loads(done.stdout.strip().splitlines()[-1])
+    worlds = "benchmark baselines" if args.benchmark_worlds else "training worlds"
+    print(
+        f"stream: {args.count:,} tasks of {' '.join(args.simulators)} ({worlds}), seed {SEED}; "
+        f"corpus {args.corpus} ({Path(args.corpus).stat().st_size / 2**20:,.0f} MiB); "
+        f"batch size {args.batch_size}"
+    )
+    labels = {
+        "stream-loop": "reference: TaskStream -> task_item",
+        "stream-0": "DataLoader(StreamDataset), 0 workers",
+        "stream-2": "DataLoader(StreamDataset), 2 workers",
+        "corpus-loop": "reference: Corpus -> task_item",
+        "corpus-0": "DataLoader(CorpusDataset), 0 workers",
+        "corpus-2": "DataLoader(CorpusDataset), 2 workers",
+    }
+    print(
+        f"{'phase':<40} {'tasks':>7} {'wall s':>8} {'tasks/s':>9} {'CPU s':>7} "
+        f"{'worker CPU s':>13} {'peak RSS MiB':>13} {'worker MiB':>11}"
+    )
+    for phase, r in results.items():
+        pooled = phase.endswith("-2")
+        print(
+            f"{labels[phase]:<40} {r['tasks']:>7,} {r['seconds']:>8.2f} "
+            f"{r['tasks'] / r['seconds']:>9,.0f} {r['cpu_seconds']:>7.2f} "
+            + (f"{r['worker_cpu_seconds']:>13.2f}" if pooled else f"{'-':>13}")
+            + f" {r['peak_mib']:>13,.0f} "
+            + (f"{r['worker_peak_mib']:>11,.0f}" if pooled else f"{'-':>11}")
+        )
+    for source in ("stream", "corpus"):
+        reference = results[f"{source}-loop"]["seconds"]
+        ratios = ", ".join(
+            f"{w} workers {reference / results[f'{source}-{w}']['seconds']:.2f}x" for w in (0, 2)
+        )
+        print(f"{source}: DataLoader speed against the plain loop: {ratios}")
+    folder.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""PyTorch datasets of tasks: the training stream and the fixed corpus, and a padding collate.
+
+Both datasets are iterable (``IterableDataset``) and shard themselves over DataLoader workers
+*and* distributed ranks: with ``W`` workers per rank and ``R`` ranks, worker ``w`` of rank ``r``
+is shard ``r * W + w`` of ``R * W`` and makes the slots (stream) or tasks (corpus, after an
+optional seeded shuffle) ``shard, shard + R * W, ...``. No task is made twice, and for a given
+seed, worker count and world size every worker's tasks and their order are fixed. A stream
+slot's task depends only on the seed, so the *set* of tasks is the same for any layout.
+
+Items are dicts of numpy float32 arrays and metadata (``whatif_bench.stream.items.task_item``);
+``collate_tasks`` pads a batch of them into torch tensors with masks. Needs the ``train`` extra.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+try:
+    import torch
+    from torch.utils.data import IterableDataset, get_worker_info
+except ImportError as exc:  # pragma: no cover - the test venv installs the extra
+    raise ImportError(
+        "install PyTorch to use the whatif_bench.stream datasets: pip install 'whatif-bench[train]'"
+    ) from exc
+
+from whatif_bench.generator.corpus import Corpus, CorpusError
+from whatif_bench.stream.items import (
+    COVARIATE_ARRAYS,
+    FUTURE_ARRAYS,
+    HISTORY_ARRAYS,
+    INT_FIELDS,
+    ITEM_DTYPE,
+    TEXT_FIELDS,
+    place_future,
+    place_history,
+    task_item,
+)
+from whatif_bench.stream.seeding import resolve_seed
+from whatif_bench.stream.task_stream import StreamError, TaskStream
+
+# the domain of the corpus shuffle's seed sequence (apart from the stream's, see seeding.py)
+SHUFFLE_DOMAIN = 0x53485546  # "SHUF"
+
+
+def resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """This process's rank and the world size: as given, else ``torch.distributed``'s when it is
+    initialised, else ``(0, 1)``. Raises ``StreamError`` for a non-integer or negative rank, a
+    world size below 1, or a rank not below the world size."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if world_size is None:
+        world_size = torch.distributed.get_world_size() if distributed else 1
+    if rank is None:
+        rank = torch.distributed.get_rank() if distributed else 0
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise StreamError(f"world_size must be a positive integer, got {world_size!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise StreamError(f"rank must be a non-negative integer, got {rank!r}")
+    if rank >= world_size:
+        raise StreamError(f"rank must be below the world size {world_size}, got {rank}")
+    return rank, world_size
+
+
+def worker_shard(rank: int, world_size: int) -> tuple[int, int]:
+    """``(shard, num_shards)`` of the calling DataLoader worker (or of the main process when
+    the loader has no workers): shard ``rank * num_workers + worker_id`` of
+    ``world_size * num_workers``."""
+    info = get_worker_info()
+    worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+    return rank * workers + worker, world_size * workers
+
+
+def _check_epoch(epoch: int) -> int:
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise StreamError(f"epoch must be a non-negative integer, got {epoch!r}")
+    return epoch
+
+
+class StreamDataset(IterableDataset):
+    """The tasks of a ``TaskStream`` as items, sharded over DataLoader workers and ranks.
+
+    Parameters
+    ----------
+    stream : TaskStream
+        An unsharded stream (``num_shards=1``); counted (``count``) or endless. An endless
+        stream shards the same way and never stops: end training after a number of steps.
+    rank, world_size : int or None
+        This process's rank and the number of ranks; ``None`` takes them from
+        ``torch.distributed`` when it is initialised (so build the dataset after
+        ``init_process_group``), else rank 0 of 1.
+
+    Epoch ``e`` (``set_epoch``) of a counted stream makes slots ``e * count`` ..
+    ``(e + 1) * count - 1``: fresh tasks every epoch, replayable from the seed; epoch 0 (the
+    default) is the stream's own slots. ``set_epoch`` must be called before the DataLoader
+    starts its workers (so not with ``persistent_workers=True``).
+
+    With ranks, slots are dealt in blocks of ``num_workers`` per rank, so ranks can get a
+    different number of tasks unless ``count`` is a multiple of ``world_size * num_workers``;
+    DDP needs equal step counts, so choose ``count`` so (or stop after a fixed number of steps).
+    Each worker counts its own rejections in its copy of ``stream.stats``.
+    """
+
+    def __init__(
+        self, stream: TaskStream, *, rank: int | None = None, world_size: int | None = None
+    ) -> None:
+        super().__init__()
+        if not isinstance(stream, TaskStream):
+            raise StreamError(f"StreamDataset needs a TaskStream, got {type(stream).__name__}")
+        if stream.num_shards != 1:
+            raise StreamError(
+                "StreamDataset shards the stream itself; give it an unsharded TaskStream "
+                f"(this one is shard {stream.shard} of {stream.num_shards})"
+            )
+        self.stream = stream
+        self.rank, self.world_size = resolve_ranks(rank, world_size)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the slots of epoch ``epoch`` (a counted stream); no effect on an endless one."""
+        self.epoch = _check_epoch(epoch)
+
+    def slots(self, shard: int, num_shards: int) -> Iterator[int]:
+        """The slots shard ``shard`` of ``num_shards`` makes this epoch, in order."""
+        stream = self.stream
+        if stream.count is None:
+            return itertools.count(shard, num_shards)
+        first = self.epoch * stream.count
+        return iter(range(first + shard, first + stream.count, num_shards))
+
+    def __iter__(self) -> Iterator[dict]:
+        shard, num_shards = worker_shard(self.rank, self.world_size)
+        stream = self.stream
+        for slot in self.slots(shard, num_shards):
+            yield task_item(stream.task(slot), slot)
+
+
+class CorpusDataset(IterableDataset):
+    """The tasks of a corpus file (or a filtered view of it) as items, sharded like
+    ``StreamDataset``.
+
+    Parameters
+    ----------
+    path : path of a corpus file
+        Checked (and its view's task ids listed) here; every worker opens it once per epoch
+        in ``__iter__`` (``Corpus`` holds an HDF5 handle and does not pickle).
+    simulator, target, future, K, C, ell, E : value or list of values, optional
+        The view, as ``Corpus.filter`` takes it.
+    shuffle : bool
+        Deal the tasks in a seeded random order, a new one every epoch (``set_epoch``);
+        otherwise in the view's ``task_ids()`` order.
+    seed : non-negative int or None
+        The shuffle's seed; ``None`` draws fresh entropy (``self.seed`` records it).
+    rank, world_size : int or None
+        As for ``StreamDataset``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        simulator=None,
+        target=None,
+        future=None,
+        K=None,
+        C=None,
+        ell=None,
+        E=None,
+        shuffle: bool = False,
+        seed: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.rank, self.world_size = resolve_ranks(rank, world_size)
+        self.seed = resolve_seed(seed)
+        self.shuffle = bool(shuffle)
+        self.path = os.fspath(path)
+        filters = {"simulator": simulator, "target": target, "future": future}
+        filters.update(K=K, C=C, ell=ell, E=E)
+        with Corpus(self.path) as corpus:
+            self.task_ids: list[str] = corpus.filter(**filters).task_ids()
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle for epoch ``epoch`` (when ``shuffle``); call before the workers start."""
+        self.epoch = _check_epoch(epoch)
+
+    def order(self) -> np.ndarray:
+        """(n,) int64: the positions in ``task_ids`` in this epoch's order, the same in every
+        worker and rank (one seeded permutation, then dealt out by shard)."""
+        n = len(self.task_ids)
+        if not self.shuffle:
+            return np.arange(n, dtype=np.int64)
+        sequence = np.random.SeedSequence(self.seed, spawn_key=(SHUFFLE_DOMAIN, self.epoch))
+        return np.random.Generator(np.random.PCG64(sequence)).permutation(n)
+
+    def __iter__(self) -> Iterator[dict]:
+        shard, num_shards = worker_shard(self.rank, self.world_size)
+        positions = self.order()[shard::num_shards]
+        with Corpus(self.path) as corpus:
+            for position in positions.tolist():
+                task_id = self.task_ids[position]
+                try:
+                    task = corpus[task_id]
+                except KeyError:
+                    raise CorpusError(
+                        f"{self.path}: no task {task_id!r} any more; the file changed after "
+                        "the dataset was made"
+                    ) from None
+                yield task_item(task, position)
+
+
+def collate_tasks(
+    items: Sequence[dict],
+    *,
+    k_max: int | None = None,
+    context_max: int | None = None,
+    horizon_max: int | None = None,
+) -> dict:
+    """One batch of B items (``task_item`` dicts with different K, C and H) as padded tensors.
+
+    Histories are left-padded with zeros so every history's last observed step is at index
+    ``C_max - 1``; futures are right-padded so the first forecast step is at index 0; the K
+    axis is padded with zero rows at the end. Give ``k_max``, ``context_max`` or
+    ``horizon_max`` for fixed shapes (a longer history keeps its latest ``context_max`` steps;
+    a longer future or more covariates is a ``StreamError``); by default each is the batch's
+    largest. Use ``functools.partial`` to pass them through a DataLoader.
+
+    The float32 tensors are views of one storage, as are the bool and the int64 ones, so a
+    DataLoader worker hands a batch over in three shared-memory segments rather than 25.
+
+    Returns
+    -------
+    dict
+        float32 tensors ``history_target`` (B, C_max), ``history_covariates``
+        (B, K_max, C_max), ``counterfactual_history`` (B, C_max), ``future_covariates``
+        (B, K_max, H_max), ``future_target`` (B, H_max), ``counterfactual_future``
+        (B, H_max), in physical units, 0 where padded; bool tensors ``history_mask``
+        (B, C_max), ``future_mask`` (B, H_max) and ``covariate_mask`` (B, K_max), ``True``
+        where a value is real; int64 tensors (B,) of the items' ``INT_FIELDS`` (``k``,
+        ``context_length``, ``prediction_length``, ...); lists (B,) of their ``TEXT_FIELDS``
+        (``task_id``, ``simulator``, ...).
+    """
+    if not items:
+        raise StreamError("cannot collate an empty batch")
+    for name, value in (
+        ("k_max", k_max),
+        ("context_max", context_max),
+        ("horizon_max", horizon_max),
+    ):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise StreamError(f"{name} must be a positive integer or None, got {value!r}")
+    k_max = max(item["k"] for item in items) if k_max is None else k_max
+    context_max = (
+        max(item["context_length"] for item in items) if context_max is None else context_max
+    )
+    horizon_max = (
+        max(item["prediction_length"] for item in items) if horizon_max is None else horizon_max
+    )
+    size = len(items)
+    shapes = {
+        name: (size, *((k_max,) if name in COVARIATE_ARRAYS else ()), context_max)
+        for name in HISTORY_ARRAYS
+    }
+    shapes.update(
+        (name, (size, *((k_max,) if name in COVARIATE_ARRAYS else ()), horizon_max))
+        for name in FUTURE_ARRAYS
+    )
+    # one storage per dtype: a worker hands a batch over in 3 shared-memory segments, not 25
+    batch = _carve(ITEM_DTYPE, shapes)
+    for name in HISTORY_ARRAYS:
+        out = batch[name].numpy()
+        for row, item in enumerate(items):
+            place_history(out[row], item[name])
+    for name in FUTURE_ARRAYS:
+        out = batch[name].numpy()
+        for row, item in enumerate(items):
+            place_future(out[row], item[name])
+    masks = {
+        "history_mask": (size, context_max),
+        "future_mask": (size, horizon_max),
+        "covariate_mask": (size, k_max),
+    }
+    batch.update(_carve(np.bool_, masks))
+    context = np.minimum([item["context_length"] for item in items], context_max)
+    batch["history_mask"].numpy()[...] = np.arange(context_max) >= context_max - context[:, None]
+    horizon = np.asarray([item["prediction_length"] for item in items])
+    batch["future_mask"].numpy()[...] = np.arange(horizon_max) < horizon[:, None]
+    k = np.asarray([item["k"] for item in items])
+    batch["covariate_mask"].numpy()[...] = np.arange(k_max) < k[:, None]
+    numbers = [[item[name] for item in items] for name in INT_FIELDS]
+    batch.update(zip(INT_FIELDS, torch.tensor(numbers, dtype=torch.int64), strict=True))
+    for name in TEXT_FIELDS:
+        batch[name] = [item[name] for item in items]
+    return batch
+
+
+def _carve(dtype: type, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+    """Zeroed tensors shaped as ``shapes`` says, consecutive views of one storage of the numpy
+    ``dtype`` (numpy's zeros are calloc'd, several times faster here than ``torch.zeros``)."""
+    total = sum(math.prod(shape) for shape in shapes.values())
+    flat = torch.from_numpy(np.zeros(total, dtype=dtype))
+    views, start = {}, 0
+    for name, shape in shapes.items():
+        views[name] = flat[start : start + math.prod(shape)].view(shape)
+        start += math.prod(shape)
+    return views

@@ -467,6 +467,7 @@ def _run_evaluation(
                 todo.append((index, chunk, pending))
         bar = tqdm(total=len(todo), desc="evaluating", unit="chunk", disable=not progress)
         with contextlib.ExitStack() as stack:
+            calls: Iterator[tuple]
             if pool.distributed:  # read here, a few chunks ahead of the workers
                 corpus = stack.enter_context(Corpus(corpus_path))
                 calls = (

@@ -20,7 +20,7 @@ Everything the kernels read about the stream's worlds, relationships and distrib
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -40,7 +40,12 @@ from whatif_bench.stream._random import (
 )
 
 # helpers only kernels call: no wrapper to call them from Python
-INNER_OPTIONS = {**JIT_OPTIONS, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+# (typed as a plain dict: numba's stubs do not list these two wrapper flags)
+INNER_OPTIONS: dict[str, Any] = {
+    **JIT_OPTIONS,
+    "no_cpython_wrapper": True,
+    "no_cfunc_wrapper": True,
+}
 MAX_K = 5  # most covariates of a task (axes.K_VALUES)
 MAX_EVENTS = 64  # most events of a history (axes.MAX_EVENTS)
 

@@ -173,13 +173,13 @@ def _random(state: np.ndarray) -> float:
 
 
 @numba.njit(**JIT_OPTIONS)
-def _integers(state: np.ndarray, n: int) -> int:
+def _integers(state: np.ndarray, n: int) -> np.int64:
     """``Generator.integers(n)`` for ``1 <= n <= 2**32 - 1``: Lemire's method on 32-bit draws.
 
     ``n == 1`` draws nothing (NumPy returns 0 at once).
     """
     if n == 1:
-        return 0
+        return np.int64(0)
     bound = np.uint64(n)
     product = _next32(state) * bound
     leftover = product & _M32
@@ -268,7 +268,7 @@ def draw_integers(state: np.ndarray, n: int) -> int:
     _check_state(state)
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 1 <= n < 2**32:
         raise ValueError(f"n must be an integer in 1 .. 2**32 - 1, got {n!r}")
-    return _integers(state, int(n))
+    return int(_integers(state, int(n)))
 
 
 def draw_random(state: np.ndarray) -> float:

@@ -179,7 +179,7 @@ class ForecastEnv(gymnasium.Env):
             super().reset()
             self.slot += 1
         self.task = self.stream.task(self.slot)
-        return self._observation(self.task), self._reset_info(self.task)
+        return self._observation(self.task), self._reset_info(self.task, self.stream.seed)
 
     def step(
         self, action: np.ndarray
@@ -231,9 +231,9 @@ class ForecastEnv(gymnasium.Env):
             "covariate_mask": covariates,
         }
 
-    def _reset_info(self, task: Task) -> dict[str, Any]:
+    def _reset_info(self, task: Task, seed: int) -> dict[str, Any]:
         return {
-            "seed": self.stream.seed,
+            "seed": seed,
             "slot": self.slot,
             "task_id": task.task_id,
             "simulator": task.simulator,

@@ -55,7 +55,6 @@ class StreamPlan:
     kernel: kern.KernelPlan
     infos: tuple[_EntryInfo, ...]
     layouts: dict  # (simulator, C index, l index, E index) -> HistoryLayout
-    prefix: np.ndarray  # the seed's entropy words (uint64), the slot's words follow
 
 
 class _Tables:
@@ -91,8 +90,9 @@ def _choices(dist: AxisDistribution, name: str, allowed) -> tuple[list, list]:
     return [index(v) for v in chosen], [weights[v] for v in chosen]
 
 
-def build_plan(entries: Sequence, dist: AxisDistribution, seed: int) -> StreamPlan | None:
-    """The plan of a stream's entries (``task_stream._Entry``) and distribution.
+def build_plan(entries: Sequence, dist: AxisDistribution) -> StreamPlan | None:
+    """The plan of a stream's entries (``task_stream._Entry``) and distribution (not of its
+    seed: a plan serves any seed).
 
     ``None`` when the kernels cannot make these tasks exactly (a target with a user-registered
     form, or a factor pool holding a value that is not a positive finite number): the stream
@@ -232,7 +232,7 @@ def build_plan(entries: Sequence, dist: AxisDistribution, seed: int) -> StreamPl
         threshold=np.array([THRESHOLD]),
     )
     kern.check_plan(kernel)
-    return StreamPlan(kernel, tuple(infos), named_layouts, slot_entropy(seed, (STREAM_DOMAIN,)))
+    return StreamPlan(kernel, tuple(infos), named_layouts)
 
 
 @dataclass
@@ -328,6 +328,10 @@ def make_batch(
     """
     slots = list(slots)
     picks, directions, factors, novel, arrays = kern.draw_slots(
-        plan.kernel, plan.prefix, np.asarray(slots, dtype=np.int64), max_attempts, verify
+        plan.kernel,
+        slot_entropy(seed, (STREAM_DOMAIN,)),
+        np.asarray(slots, dtype=np.int64),
+        max_attempts,
+        verify,
     )
     return SlotBatch(plan, slots, seed, picks.tolist(), directions, factors, novel, arrays)

@@ -99,6 +99,14 @@ class TaskStream:
         This iterator makes slots ``shard, shard + num_shards, ...`` (workers and ranks).
     sources : list of WorldSource or None
         Explicit worlds, replacing ``simulators``/``holdout``/``worlds``/``cache``.
+    max_attempts : int
+        Draws a slot may make before it is an error (a distribution that hardly ever passes).
+    fast : bool
+        ``True`` (default) makes tasks in batches with numba kernels (``stream._kernels``);
+        ``False`` makes each with ``_reference_task``, the benchmark's own functions one draw at
+        a time. The tasks are the same to the bit either way; the fast path hands a slot it
+        cannot make exactly (a non-finite window, a value beyond float32) to the reference,
+        which raises its error, and ``plan()`` says whether the fast path is in use.
     """
 
     def __init__(
@@ -115,6 +123,7 @@ class TaskStream:
         num_shards: int = 1,
         sources: list[WorldSource] | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        fast: bool = True,
     ) -> None:
         self.seed = resolve_seed(seed)
         if count is not None and (
@@ -141,7 +150,9 @@ class TaskStream:
         self.stats = StreamStats()
         self._sources = sources
         self._entries: list[_Entry] | None = None
-        self._plan: StreamPlan | None | bool = False  # False: not built yet; None: no fast path
+        self.fast = bool(fast)
+        self._plan: StreamPlan | None = None
+        self._planned = False  # whether _plan is built (None then means: no fast path)
 
     # ---- set-up ---------------------------------------------------------------------------
     def sharded(self, shard: int, num_shards: int) -> TaskStream:
@@ -160,13 +171,15 @@ class TaskStream:
             num_shards=num_shards,
             sources=self._sources,
             max_attempts=self.max_attempts,
+            fast=self.fast,
         )
+        other._entries, other._plan, other._planned = self._entries, self._plan, self._planned
         return other
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_entries"] = None  # rebuilt in the receiving process (e.g. a DataLoader worker)
-        state["_plan"] = False
+        state["_plan"], state["_planned"] = None, False
         return state
 
     def with_sources(self) -> TaskStream:
@@ -195,10 +208,14 @@ class TaskStream:
         return self._entries
 
     def plan(self) -> StreamPlan | None:
-        """The kernels' arrays for this stream (built once), or None if only the reference
-        path can make its tasks (see ``stream.plan.build_plan``)."""
-        if self._plan is False:
-            self._plan = build_plan(self.entries(), self.distribution, self.seed)
+        """The kernels' arrays for this stream (built once), or None when every task is made by
+        the reference path: ``fast=False``, or worlds the kernels cannot serve exactly (a
+        user-registered form, an unusable factor pool; see ``stream.plan.build_plan``)."""
+        if not self.fast:
+            return None
+        if not self._planned:
+            self._plan = build_plan(self.entries(), self.distribution)
+            self._planned = True
         return self._plan
 
     # ---- drawing --------------------------------------------------------------------------

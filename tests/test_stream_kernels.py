@@ -190,6 +190,22 @@ def test_a_batch_is_the_same_as_slots_one_by_one(sources):
     assert together == [fingerprint(stream.task(slot)) for slot in slots]
 
 
+def test_the_fast_path_is_the_default_and_fast_false_is_the_reference(sources):
+    fast = TaskStream(8, count=12, sources=sources)
+    slow = TaskStream(8, count=12, sources=sources, fast=False)
+    assert fast.plan() is not None and slow.plan() is None
+    assert [fingerprint(t) for t in fast] == [fingerprint(t) for t in slow]
+    assert fast.stats.as_dict() == slow.stats.as_dict()
+    assert slow.sharded(1, 2).plan() is None
+
+
+def test_a_plan_serves_any_seed_so_a_reseeded_copy_draws_its_own_tasks(sources):
+    stream = TaskStream(1, sources=sources)
+    first = fingerprint(stream.task(0))
+    stream.seed = 2  # as ForecastEnv reseeds a copy of its template stream
+    assert fingerprint(stream.task(0)) == fingerprint(stream._reference_task(0)) != first
+
+
 def test_unverified_batches_keep_each_slots_first_draw(sources):
     stream = TaskStream(2, sources=sources, distribution=DISTRIBUTIONS["C1"])
     batch = make_batch(stream.plan(), stream.seed, range(60), 1000, verify=False)
@@ -252,14 +268,15 @@ def test_an_exhausted_slot_counts_its_rejections_like_the_reference(sources):
 
 def test_bad_plans_and_slots_are_refused(sources):
     plan = TaskStream(0, sources=sources).plan()
+    prefix = rand.slot_entropy(0, (STREAM_DOMAIN,))
     with pytest.raises(TypeError, match="plan.layouts must be a int64 array"):
         kern.check_plan(plan.kernel._replace(layouts=plan.kernel.layouts.astype(np.int32)))
     with pytest.raises(ValueError, match="plan.l_table has shape"):
         kern.check_plan(plan.kernel._replace(l_table=plan.kernel.l_table[:, :2].copy()))
     with pytest.raises(ValueError, match="slots >= 0"):
-        kern.draw_slots(plan.kernel, plan.prefix, np.array([-1]), 10, True)
+        kern.draw_slots(plan.kernel, prefix, np.array([-1]), 10, True)
     with pytest.raises(ValueError, match="max_attempts"):
-        kern.draw_slots(plan.kernel, plan.prefix, np.array([1]), 0, True)
+        kern.draw_slots(plan.kernel, prefix, np.array([1]), 0, True)
     with pytest.raises(StreamError, match="slot must be a non-negative integer"):
         next(TaskStream(0, sources=sources).tasks([1, -2]))
 

@@ -7,6 +7,7 @@ float64 baselines are in the file too.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -117,7 +118,7 @@ class Task:
     @property
     def start(self) -> pd.Timestamp:
         """Time of the first history step: the baseline's start + ``start_step`` intervals."""
-        return pd.Timestamp(self.baseline_start) + pd.Timedelta(
+        return _baseline_time(self.baseline_start) + pd.Timedelta(
             seconds=self.start_step * self.interval_s
         )
 
@@ -128,6 +129,12 @@ class Task:
             periods=self.context_length + self.prediction_length,
             freq=pd.Timedelta(seconds=self.interval_s),
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _baseline_time(text: str) -> pd.Timestamp:
+    """A baseline's start, parsed once per distinct text (a stream asks for it per task)."""
+    return pd.Timestamp(text)
 
 
 class Corpus:

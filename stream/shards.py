@@ -30,7 +30,7 @@ def _shard_table(stream, first: int, last: int):
 
     own = copy.copy(stream)  # its own counts, whether in a worker or in this process
     own.stats = StreamStats()
-    tasks = [own.task(slot) for slot in range(first, last)]
+    tasks = list(own.tasks(range(first, last)))  # one kernel batch per shard
     return table(tasks), own.stats.as_dict()
 
 

@@ -41,7 +41,7 @@ from whatif_bench.stream.items import (
     task_item,
 )
 from whatif_bench.stream.seeding import resolve_seed
-from whatif_bench.stream.task_stream import StreamError, TaskStream
+from whatif_bench.stream.task_stream import BATCH_SLOTS, StreamError, TaskStream
 
 # the domain of the corpus shuffle's seed sequence (apart from the stream's, see seeding.py)
 SHUFFLE_DOMAIN = 0x53485546  # "SHUF"
@@ -133,9 +133,10 @@ class StreamDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[dict]:
         shard, num_shards = worker_shard(self.rank, self.world_size)
-        stream = self.stream
-        for slot in self.slots(shard, num_shards):
-            yield task_item(stream.task(slot), slot)
+        stream, slots = self.stream, self.slots(shard, num_shards)
+        while batch := list(itertools.islice(slots, BATCH_SLOTS)):  # a kernel call per batch
+            for slot, task in zip(batch, stream.tasks(batch), strict=True):
+                yield task_item(task, slot)
 
 
 class CorpusDataset(IterableDataset):

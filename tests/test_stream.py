@@ -245,3 +245,19 @@ def test_a_slot_that_never_passes_the_rule_is_a_clear_error(sources):
     stream = TaskStream(0, sources=sources, distribution=faint, max_attempts=5)
     with pytest.raises(StreamError, match="5 draws in a row failed the 10 % rule"):
         stream.task(0)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    start=st.sampled_from(
+        ["2024-01-08T00:00:00", "1988-01-01T00:00:00", "2000-12-01T06:30:00+02:00", "2024-02-29"]
+    ),
+    steps=st.integers(0, 10**6),
+    interval_s=st.sampled_from([1, 60, 300, 3600]),
+)
+def test_an_items_start_text_is_the_tasks_start_in_iso_format(sources, start, steps, interval_s):
+    from whatif_bench.stream.items import start_text
+
+    made = TaskStream(0, sources=sources).task(0)
+    task = replace(made, baseline_start=start, start_step=steps, interval_s=interval_s)
+    assert start_text(start, steps * interval_s) == task.start.isoformat()

@@ -20,7 +20,7 @@ import numpy as np
 from whatif_bench.cli_types import MAX_SEED
 from whatif_bench.errors import WhatIfError
 from whatif_bench.generator import axes
-from whatif_bench.generator.materialise import STORE_DTYPE, materialise
+from whatif_bench.generator.materialise import STORE_DTYPE, PairArrays, materialise
 from whatif_bench.generator.recipe import PairKey, Recipe, draw_recipe
 from whatif_bench.generator.verification import THRESHOLD, future_ratio, history_ratios
 from whatif_bench.relationships.engine import Relationship
@@ -125,17 +125,24 @@ def build_pair(recipe: Recipe, relationship: Relationship, baseline: np.ndarray)
         ),
     )
     if result.kept:
-        result.arrays = {
-            "history_target": arrays.history_target.astype(STORE_DTYPE),
-            "history_covariates": arrays.history_covariates.astype(STORE_DTYPE),
-            "future_target": np.concatenate(
-                [arrays.future_targets["replay"], arrays.future_targets["novel"]]
-            ).astype(STORE_DTYPE),
-            "future_covariates": np.stack(
-                [arrays.future_covariates["replay"], arrays.future_covariates["novel"]]
-            ).astype(STORE_DTYPE),
-        }
+        result.arrays = stored_arrays(arrays)
     return result
+
+
+def stored_arrays(arrays: PairArrays) -> dict[str, np.ndarray]:
+    """A kept pair's float32 arrays, as the corpus stores them: ``history_target`` (C,),
+    ``history_covariates`` (K, C), ``future_target`` (2 H,) Replay then Novel and
+    ``future_covariates`` (2, K, H)."""
+    return {
+        "history_target": arrays.history_target.astype(STORE_DTYPE),
+        "history_covariates": arrays.history_covariates.astype(STORE_DTYPE),
+        "future_target": np.concatenate(
+            [arrays.future_targets["replay"], arrays.future_targets["novel"]]
+        ).astype(STORE_DTYPE),
+        "future_covariates": np.stack(
+            [arrays.future_covariates["replay"], arrays.future_covariates["novel"]]
+        ).astype(STORE_DTYPE),
+    }
 
 
 def check_finite(result: PairResult) -> None:

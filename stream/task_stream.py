@@ -23,9 +23,9 @@ import numpy as np
 from whatif_bench.errors import WhatIfError
 from whatif_bench.generator import axes
 from whatif_bench.generator.corpus import Task, recipe_record
-from whatif_bench.generator.materialise import STORE_DTYPE
+from whatif_bench.generator.materialise import STORE_DTYPE, materialise
 from whatif_bench.generator.recipe import PairKey, draw_recipe_from
-from whatif_bench.generator.sweep import build_pair, check_finite
+from whatif_bench.generator.sweep import PairResult, build_pair, check_finite, stored_arrays
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.stream._kernels import EXHAUSTED, FALLBACK
 from whatif_bench.stream.distribution import (
@@ -267,11 +267,13 @@ class TaskStream:
                 self.stats.kept += 1
                 yield batch.task(i)
 
-    def _reference_task(self, slot: int) -> Task:
+    def _reference_task(self, slot: int, verify: bool = True) -> Task:
         """The task of one slot, made by the benchmark's own functions, one draw at a time.
 
         This defines the stream: ``tasks`` makes the same tasks to the bit in numba kernels
         (tests/test_stream_kernels.py), and falls back to this for a slot they cannot make.
+        ``verify=False`` keeps the first draw without the 10 % rule, the twin of
+        ``stream.plan.make_batch(..., verify=False)``: only for measuring what the rule costs.
         """
         entries = self.entries()
         rng = slot_rng(self.seed, slot)
@@ -300,7 +302,11 @@ class TaskStream:
                 history_pool=dist.history_pool,
                 window_range=dist.window_start,
             )
-            result = build_pair(recipe, relationship, entry.baseline)
+            if verify:
+                result = build_pair(recipe, relationship, entry.baseline)
+            else:
+                arrays = materialise(recipe, relationship, entry.baseline)
+                result = PairResult(recipe, np.empty(0), np.inf, np.inf, stored_arrays(arrays))
             if not result.kept:
                 self.stats.rejected[result.drop_reason] += 1
                 continue

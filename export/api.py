@@ -1,9 +1,10 @@
 """``export_corpus``: select tasks of a corpus and write them in one format, atomically.
 
-The folder is written under a hidden temporary name beside ``out`` (``.<name>.partial-<pid>``)
-while ``outputs.output_lock(out)`` is held; ``manifest.json`` is written last, then the folder
-is renamed into place. A folder without ``manifest.json`` is never a finished export. An
-existing ``out`` is replaced (``overwrite=True``) only once the new export is complete.
+The folder is written by ``outputs.write_folder``: under a hidden temporary name beside ``out``
+(``.<name>.partial-<pid>``) while ``outputs.output_lock(out)`` is held; ``manifest.json`` is
+written last, then the folder is renamed into place. A folder without ``manifest.json`` is
+never a finished export. An existing ``out`` is replaced (``overwrite=True``) only once the new
+export is complete.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import json
 import os
-import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,13 +24,11 @@ from whatif_bench.errors import WhatIfError
 from whatif_bench.export import formats
 from whatif_bench.outputs import (
     OutputError,
-    _describe,
+    check_folder_output,
     check_output_path,
-    output_lock,
-    temporary_path,
+    write_folder,
 )
 
-MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 BATCH_TASKS = 1024  # tasks read into memory at once (at most)
 BATCH_VALUES = 16 * 1024 * 1024  # ... and at most this many float32 values (64 MiB)
@@ -106,52 +103,12 @@ def task_ids_sha256(ids: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-def _file_hashes(folder: Path) -> dict[str, dict[str, Any]]:
-    out = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        out[path.relative_to(folder).as_posix()] = {
-            "bytes": path.stat().st_size,
-            "sha256": digest.hexdigest(),
-        }
-    return out
-
-
 # ---- the folder -------------------------------------------------------------------------
-def _is_export(path: Path) -> bool:
-    return (path / MANIFEST).is_file()
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
-def _stale(out: Path) -> list[Path]:
-    """Temporary folders left by killed runs to ``out`` (safe to remove under the lock)."""
-    prefixes = (f".{out.name}.partial-", f".{out.name}.old-")
-    return [p for p in out.parent.iterdir() if p.name.startswith(prefixes)]
+WHAT = "whatif export"
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
-    if out.is_symlink():
-        raise OutputError(f"{out}: is a symbolic link; give the folder itself")
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{out}: exists and is not a folder")
-    if not out.exists():
-        return
-    if not overwrite:
-        raise OutputError(f"{out}: already exists; pass --overwrite to replace it")
-    if not _is_export(out) and any(out.iterdir()):
-        raise OutputError(
-            f"{out}: not a whatif export (no {MANIFEST}) and not empty; refusing to replace it"
-        )
+    check_folder_output(out, overwrite, WHAT)
 
 
 def export_corpus(
@@ -195,63 +152,34 @@ def _export(corpus, write, format, out, subset, seed, simulators, futures, overw
     out = Path(os.path.abspath(out))  # "." or "dir/.." have no name to put a temporary beside
     if out.parent == out:
         raise OutputError(f"{out}: cannot export to the root folder; give a folder inside it")
-    _check_out(out, overwrite)  # before any work; again under the lock
+    _check_out(out, overwrite)  # before any work; again under the lock (write_folder)
     view, tasks = select(corpus, subset, seed, simulators, futures)
     attrs = corpus.attrs
-    with output_lock(out):
-        _check_out(out, overwrite)
-        for stale in _stale(out):
-            _remove(stale)
-        tmp = temporary_path(out)
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        try:
-            tmp.mkdir()
-            written = write(view, tasks, tmp, progress)
-            ids = tasks["task_id"].tolist()
-            manifest = {
-                "manifest_version": MANIFEST_VERSION,
-                "toolkit_version": __version__,
-                "format": format,
-                "corpus": {
-                    "path": str(Path(corpus.path).resolve()),
-                    "toolkit_version": str(attrs.get("toolkit_version", "")),
-                    "master_seed": int(attrs["master_seed"]),
-                    "baselines_hash": str(attrs.get("baselines_hash", "")),
-                    "registry_hash": str(attrs.get("registry_hash", "")),
-                },
-                "options": dict(getattr(write, "keywords", {})),
-                "selection": {
-                    "subset": subset,
-                    "seed": seed,
-                    "simulators": list(simulators or ()),
-                    "futures": list(futures or ()),
-                },
-                "n_tasks": len(ids),
-                "task_ids_sha256": task_ids_sha256(ids),
-                "written": written,
-                "files": _file_hashes(tmp),
-            }
-            text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
-            manifest_tmp = tmp / f".{MANIFEST}.tmp"
-            with open(manifest_tmp, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(manifest_tmp, tmp / MANIFEST)
-            if out.exists():
-                os.replace(out, old)
-                os.replace(tmp, out)
-                _remove(old)
-            else:
-                os.replace(tmp, out)
-        except OSError as exc:
-            raise OutputError(_describe(exc, out)) from None
-        finally:
-            if tmp.exists():
-                _remove(tmp)
-            if old.exists() and out.exists():
-                _remove(old)
-            elif old.exists():  # the new one could not be renamed in: put the old one back
-                with contextlib.suppress(OSError):
-                    os.replace(old, out)
-    return out
+
+    def fill(tmp: Path) -> dict[str, Any]:
+        written = write(view, tasks, tmp, progress)
+        ids = tasks["task_id"].tolist()
+        return {
+            "manifest_version": MANIFEST_VERSION,
+            "toolkit_version": __version__,
+            "format": format,
+            "corpus": {
+                "path": str(Path(corpus.path).resolve()),
+                "toolkit_version": str(attrs.get("toolkit_version", "")),
+                "master_seed": int(attrs["master_seed"]),
+                "baselines_hash": str(attrs.get("baselines_hash", "")),
+                "registry_hash": str(attrs.get("registry_hash", "")),
+            },
+            "options": dict(getattr(write, "keywords", {})),
+            "selection": {
+                "subset": subset,
+                "seed": seed,
+                "simulators": list(simulators or ()),
+                "futures": list(futures or ()),
+            },
+            "n_tasks": len(ids),
+            "task_ids_sha256": task_ids_sha256(ids),
+            "written": written,
+        }
+
+    return write_folder(out, overwrite, fill, WHAT)

@@ -1,4 +1,4 @@
-"""``whatif stream``: write a seeded stream of fresh training tasks as Parquet shards."""
+"""``whatif stream``: write a seeded stream of fresh training tasks as Parquet or HDF5 shards."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from whatif_bench.cli_types import positive_int, seed_int
 
 def add_arguments(subparsers) -> None:
     from whatif_bench.simulators.world_defaults import CACHE_ENV, DEFAULT_CACHE
-    from whatif_bench.stream.shards import SHARD_SIZE
+    from whatif_bench.stream.shards import FORMATS, SHARD_SIZE
 
     parser = subparsers.add_parser(
         "stream", help="write fresh training tasks (held apart from the benchmark) as shards"
@@ -27,7 +27,11 @@ def add_arguments(subparsers) -> None:
         help="folder to write; finished only once it holds manifest.json (required)",
     )
     parser.add_argument(
-        "--format", choices=["parquet"], default="parquet", help="shard format (default: parquet)"
+        "--format",
+        choices=list(FORMATS),
+        default="parquet",
+        help="shard format: parquet (the export's columns) or hdf5 (docs/STREAM_FORMAT.md; "
+        "default: parquet)",
     )
     parser.add_argument(
         "--shard-size",
@@ -86,6 +90,7 @@ def _stream(args: argparse.Namespace) -> int:
         jobs=1 if cluster is not None else args.jobs or default_jobs(),
         overwrite=args.overwrite,
         cluster=cluster,
+        format=args.format,
     )
     print(f"wrote {args.count} tasks to {out} (seed {stream.seed})")
     return 0

@@ -1,15 +1,20 @@
-"""``whatif stream``: shards in the parquet export's columns, the same for any number of jobs."""
+"""``whatif stream``: Parquet shards in the parquet export's columns and HDF5 shards that read back as
+the stream's tasks, the same for any number of jobs."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
+import h5py
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import run_whatif
 from whatif_bench.export.parquet import schema
 from whatif_bench.stream import TaskStream
+from whatif_bench.stream.h5shard import FORMAT, ShardError, read_shard
 
 ARGS = ("--seed", "3", "--count", "50", "--shard-size", "20", "--simulators", "epanet")
 
@@ -64,6 +69,10 @@ def test_two_jobs_write_the_same_bytes(shards, cache, tmp_path):
         (("--seed", "1", "--count", "3", "--shard-size", "0"), "--shard-size"),
         (("--seed", "1", "--count", "3", "--simulators", "opendc"), "no world to draw from"),
         (("--seed", "1", "--count", "3", "--worlds", "nowhere"), "unknown training worlds"),
+        (("--seed", "1", "--count", "3", "--format", "csv"), "--format: invalid choice: 'csv'"),
+        (("--seed", "1.5", "--count", "3"), "--seed"),
+        (("--seed", "1", "--count", "-4"), "--count"),
+        (("--seed", "1", "--count", "3", "--simulators", "sumo", "--worlds", "nowhere"), "unknown"),
     ],
 )
 def test_bad_stream_commands_fail_with_one_line_and_write_nothing(tmp_path, cache, extra, message):
@@ -79,3 +88,62 @@ def test_an_existing_output_is_refused_unless_overwrite(shards, cache):
     done = run_whatif("stream", *ARGS, "--out", str(shards), "--cache", cache)
     assert done.returncode == 1 and "already exists; pass --overwrite" in done.stderr
     assert (shards / "manifest.json").read_bytes() == before
+
+
+def fingerprint(task) -> tuple:
+    """Every field of a task: arrays by dtype, shape and bytes, the recipe as sorted JSON."""
+    parts = []
+    for field in fields(task):
+        value = getattr(task, field.name)
+        if isinstance(value, np.ndarray):
+            parts.append((field.name, value.dtype.str, value.shape, value.tobytes()))
+        elif isinstance(value, dict):
+            parts.append((field.name, json.dumps(value, sort_keys=True)))
+        else:
+            parts.append((field.name, type(value).__name__, value))
+    return tuple(parts)
+
+
+@pytest.fixture(scope="module")
+def h5_shards(tmp_path_factory, cache):
+    out = tmp_path_factory.mktemp("h") / "one"
+    done = run_whatif(
+        "stream", *ARGS, "--format", "hdf5", "--out", str(out), "--cache", cache, "--jobs", "1"
+    )
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_hdf5_shards_read_back_as_the_streams_tasks(h5_shards, cache):
+    files = sorted((h5_shards / "data").glob("*"))
+    assert [f.name for f in files] == [f"shard-0000{i}.h5" for i in range(3)]
+    with h5py.File(files[1], "r") as h5:
+        assert h5.attrs["format"] == FORMAT and h5.attrs["first_slot"] == 20
+        assert h5["data/history_target"].compression == "gzip"
+        assert h5["tasks/task_id"].shape == (20,)
+    made = [task for f in files for task in read_shard(f)]
+    expected = list(TaskStream(3, count=50, simulators=["epanet"], cache=cache))
+    assert [fingerprint(t) for t in made] == [fingerprint(t) for t in expected]
+    manifest = json.loads((h5_shards / "manifest.json").read_text())
+    assert manifest["format"] == "hdf5" and manifest["stats"]["kept"] == 50
+    assert set(manifest["files"]) == {f"data/{f.name}" for f in files}
+
+
+def test_hdf5_shards_of_two_jobs_are_the_same_bytes(h5_shards, cache, tmp_path):
+    out = tmp_path / "two"
+    done = run_whatif(
+        "stream", *ARGS, "--format", "hdf5", "--out", str(out), "--cache", cache, "--jobs", "2"
+    )
+    assert done.returncode == 0, done.stderr
+    names = ["manifest.json", *(f"data/shard-0000{i}.h5" for i in range(3))]
+    for name in names:
+        assert (out / name).read_bytes() == (h5_shards / name).read_bytes(), name
+
+
+def test_a_file_that_is_not_a_shard_is_refused(shards, tmp_path):
+    with pytest.raises(ShardError, match="not a readable HDF5 file"):
+        next(read_shard(shards / "data" / "shard-00000.parquet"))
+    with h5py.File(tmp_path / "other.h5", "w") as h5:
+        h5.attrs["format"] = "whatif-corpus"
+    with pytest.raises(ShardError, match="not a whatif-stream-shard version 1 file"):
+        next(read_shard(tmp_path / "other.h5"))

@@ -10,7 +10,8 @@ Every command that writes a file goes through these helpers, so the promises of
 - two runs never write the same output at once (``output_lock``: an advisory ``fcntl`` lock on a
   ``.<name>.lock`` file beside it, released by the kernel when the process dies);
 - the final name only ever holds a complete file (``atomic_output``: a temporary name in the same
-  folder, ``os.replace`` on success, removed on any failure, Ctrl-C included);
+  folder, ``os.replace`` on success, removed on any failure, Ctrl-C included); a folder output
+  (``write_folder``) is complete only once its ``manifest.json``, written last, is in it;
 - a full disk or a read-only folder is one clear ``OutputError``, not a traceback.
 """
 
@@ -19,10 +20,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
+import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+import shutil
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from whatif_bench.errors import WhatIfError
 
@@ -183,3 +188,105 @@ def write_text_atomic(path: str | os.PathLike, text: str, lock: bool = True) -> 
     with atomic_output(path, lock=lock) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+# ---- folder outputs (whatif export, whatif stream) -------------------------------------------
+MANIFEST = "manifest.json"
+
+
+def check_folder_output(out: Path, overwrite: bool, what: str = "whatif output folder") -> None:
+    """Refuse ``out`` as a folder output: a symbolic link, a file, an existing folder unless
+    ``overwrite``, or a non-empty folder without ``manifest.json`` (not ``what``, e.g.
+    ``"whatif export"``, so not ours to replace)."""
+    if out.is_symlink():
+        raise OutputError(f"{out}: is a symbolic link; give the folder itself")
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out}: exists and is not a folder")
+    if not out.exists():
+        return
+    if not overwrite:
+        raise OutputError(f"{out}: already exists; pass --overwrite to replace it")
+    if not (out / MANIFEST).is_file() and any(out.iterdir()):
+        raise OutputError(
+            f"{out}: not a {what} (no {MANIFEST}) and not empty; refusing to replace it"
+        )
+
+
+def file_hashes(folder: Path) -> dict[str, dict[str, Any]]:
+    """Size in bytes and SHA-256 of every file under ``folder``, by relative POSIX path."""
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        out[path.relative_to(folder).as_posix()] = {
+            "bytes": path.stat().st_size,
+            "sha256": digest.hexdigest(),
+        }
+    return out
+
+
+def remove_path(path: Path) -> None:
+    """Remove a file or a folder tree, quietly (for temporaries)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def stale_temporaries(out: Path) -> list[Path]:
+    """Temporary folders left by killed runs writing ``out`` (safe to remove under its lock)."""
+    prefixes = (f".{out.name}.partial-", f".{out.name}.old-")
+    return [p for p in out.parent.iterdir() if p.name.startswith(prefixes)]
+
+
+def write_folder(
+    out: Path,
+    overwrite: bool,
+    fill: Callable[[Path], dict[str, Any]],
+    what: str = "whatif output folder",
+) -> Path:
+    """Write the folder ``out`` atomically: ``fill(tmp)`` writes its files into the empty
+    temporary folder ``tmp`` and returns the manifest; returns ``out``.
+
+    Under ``output_lock(out)``: ``out`` is checked again (``check_folder_output``), temporaries
+    of killed runs are removed, ``fill`` runs, ``manifest.json`` (the returned dict plus
+    ``files``, the size and SHA-256 of every file) is written and synced last, and the folder
+    is renamed to ``out``. An existing ``out`` (``overwrite``) is moved aside first and removed
+    once the new one is in place, or put back if it cannot be. On any failure (Ctrl-C
+    included) the temporary folder is removed and ``out`` is left as it was; ``OSError``
+    (disk full, read-only folder) becomes one ``OutputError``.
+    """
+    with output_lock(out):
+        check_folder_output(out, overwrite, what)
+        for stale in stale_temporaries(out):
+            remove_path(stale)
+        tmp = temporary_path(out)
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        try:
+            tmp.mkdir()
+            manifest = dict(fill(tmp))
+            manifest["files"] = file_hashes(tmp)
+            text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
+            partial = tmp / f".{MANIFEST}.tmp"
+            with open(partial, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(partial, tmp / MANIFEST)
+            if out.exists():
+                os.replace(out, old)
+            os.replace(tmp, out)
+        except OSError as exc:
+            raise OutputError(_describe(exc, out)) from None
+        finally:
+            if tmp.exists():
+                remove_path(tmp)
+            if old.exists() and out.exists():
+                remove_path(old)
+            elif old.exists():  # the new folder could not be renamed in: put the old one back
+                with contextlib.suppress(OSError):
+                    os.replace(old, out)
+    return out

@@ -147,3 +147,33 @@ def test_a_file_that_is_not_a_shard_is_refused(shards, tmp_path):
         h5.attrs["format"] = "whatif-corpus"
     with pytest.raises(ShardError, match="not a whatif-stream-shard version 1 file"):
         next(read_shard(tmp_path / "other.h5"))
+
+
+def test_a_failed_overwrite_keeps_the_old_shards_and_leaves_no_temporary(
+    h5_shards, cache, tmp_path, monkeypatch
+):
+    import errno
+    import shutil
+
+    from whatif_bench.outputs import OutputError
+    from whatif_bench.stream import h5shard, write_shards
+
+    out = tmp_path / "kept"
+    shutil.copytree(h5_shards, out)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    written = []
+
+    def full_disk(path, columns, attrs):
+        if written:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(path)
+        real(path, columns, attrs)
+
+    real = h5shard.write_shard
+    monkeypatch.setattr(h5shard, "write_shard", full_disk)
+    stream = TaskStream(4, count=50, simulators=["epanet"], cache=cache)
+    with pytest.raises(OutputError, match="no space left on the device"):
+        write_shards(stream, out, 20, overwrite=True, progress=False, format="hdf5")
+    assert len(written) == 1
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".kept.lock", "kept"]

@@ -20,11 +20,14 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def new_figure(width: float, height: float) -> Figure:
-    """An empty figure of ``width`` x ``height`` inches, drawn by the Agg renderer on save."""
+def new_figure(width: float, height: float, layout: str | None = None) -> Figure:
+    """An empty figure of ``width`` x ``height`` inches, drawn by the Agg renderer on save.
+
+    ``layout`` is matplotlib's (``"constrained"``, ``"tight"`` or ``None``).
+    """
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height))
+    return Figure(figsize=(width, height), layout=layout)
 
 
 def save_png(

@@ -20,6 +20,7 @@ from whatif_bench.figures import literal, new_figure, save_png, with_unit
 from whatif_bench.simulators.base import Baselines
 
 if TYPE_CHECKING:
+    from matplotlib.artist import Artist
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -120,7 +121,8 @@ def overview_figure(baselines: Baselines) -> Figure:
         grid[row, column].set_xlabel(
             f"days since {start}" if in_days else f"hours since {start}", fontsize=8
         )
-    handles, labels = [], []
+    handles: list[Artist] = []
+    labels: list[str] = []
     for axis in grid[0, :per_pair]:
         more = axis.get_legend_handles_labels()
         handles, labels = handles + more[0], labels + more[1]

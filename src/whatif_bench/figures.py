@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from whatif_bench.outputs import atomic_output
 
@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def new_figure(width: float, height: float, layout: str | None = None) -> Figure:
+def new_figure(
+    width: float, height: float, layout: Literal["constrained", "tight"] | None = None
+) -> Figure:
     """An empty figure of ``width`` x ``height`` inches, drawn by the Agg renderer on save.
 
-    ``layout`` is matplotlib's (``"constrained"``, ``"tight"`` or ``None``).
+    ``layout`` is matplotlib's layout engine (``None``: the caller places the axes).
     """
     from matplotlib.figure import Figure
 

@@ -76,7 +76,7 @@ def _outdoor_temperatures_read_by_the_engine(weather_file: str, tmp_path) -> np.
 
     name = gridlabd.WEATHER_FILES[weather_file][0]
     glm = gridlabd.render_glm("1988-01-01 12:00:00", weather=name)
-    glm += 'object recorder { parent weather; property temperature; interval 3600; file w.csv; }\n'
+    glm += "object recorder { parent weather; property temperature; interval 3600; file w.csv; }\n"
     (tmp_path / name).write_bytes(gridlabd.weather_path(weather_file).read_bytes())
     (tmp_path / "model.glm").write_text(glm)
     engine = engine_module.GridLabD()

@@ -64,8 +64,9 @@ class Diagnostics:
     history_effects: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        """The JSON report (``--json``, ``diagnostics.json``): infinite or undefined numbers
-        are ``null``; a quantile's ``infinite`` says how many infinite values it left out."""
+        """The JSON report (``--json``, ``diagnostics.json``). JSON has no infinity: an
+        infinite number is written as ``null`` (a quantile's ``infinite`` counts its infinite
+        values, so a ``null`` quantile with ``n > 0`` is infinite)."""
         return _json_safe(
             {
                 "toolkit_version": __version__,
@@ -391,9 +392,10 @@ def format_table(report: Diagnostics) -> str:
 
 
 def targets_frame(report: Diagnostics) -> pd.DataFrame:
-    """``diagnostics.csv``: one row per target, nested values flattened (``history_effect_p50``)."""
+    """``diagnostics.csv``: one row per target, nested values flattened (``history_effect_p50``);
+    an infinite number is ``inf``, a missing one an empty cell."""
     rows = []
-    for summary in report.as_dict()["targets"]:
+    for summary in report.targets:
         row: dict = {}
         for key, value in summary.items():
             if isinstance(value, dict):

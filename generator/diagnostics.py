@@ -16,7 +16,7 @@ statistic ``effect(a, y) = mean |a - y| / mean |y|`` of ``generator/verification
 - ``history_effects`` (E,): the statistic of each history event over its own window;
 - ``replay_effect``, ``novel_effect``: the statistic of each future event over its span (the
   part of the event inside the prediction window, ``min(l, H)`` steps);
-- ``novel_amplification``: ``novel_effect / max(history_effects)``;
+- ``novel_amplification``: ``novel_effect / max(history_effects)`` (NaN for 0/0 and inf/inf);
 - ``novel_margin``: ``min over r of mean |y'_novel - y'_r| / mean |y|`` over the future span,
   where ``r`` runs over "no event" (``y'_r = y``) and every history event replayed at the first
   forecast step (``y'_r``: the future that event's factors would give): how far the Novel future
@@ -85,11 +85,11 @@ def relative_change(actual: np.ndarray, other: np.ndarray, baseline: np.ndarray)
 
 
 def amplification(novel_effect: float, history_effects: np.ndarray) -> float:
-    """``novel_effect / max(history_effects)``; NaN when undefined (a 0 or infinite term)."""
-    largest = float(np.max(history_effects))
-    if not (math.isfinite(novel_effect) and math.isfinite(largest)) or largest == 0.0:
-        return math.nan
-    return novel_effect / largest
+    """``novel_effect / max(history_effects)`` as floating-point division: infinite when only
+    the numerator is infinite or the denominator is 0; NaN (undefined, left out of the
+    summaries) for 0 / 0 and inf / inf."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(novel_effect) / np.max(history_effects))
 
 
 def novel_margin(
@@ -205,16 +205,31 @@ def diagnose_target(
     return frame, (np.concatenate(effects) if effects else np.empty(0))
 
 
+def quantile(values: np.ndarray, q: float) -> float:
+    """numpy's default (linear) quantile of ``values`` without NaN, where ``inf`` counts as
+    larger than any number (numpy's own gives NaN next to an infinite value); NaN if empty."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64)[~np.isnan(values)])
+    if ordered.size == 0:
+        return math.nan
+    position = q * (ordered.size - 1)
+    low, high = math.floor(position), math.ceil(position)
+    if low == high or ordered[low] == ordered[high]:
+        return float(ordered[low])
+    if math.isinf(ordered[high]):
+        return math.inf
+    return float(ordered[low] + (ordered[high] - ordered[low]) * (position - low))
+
+
 def quantiles(values: np.ndarray) -> dict:
-    """p10, p50, p90 of the finite ``values`` and how many there were (``n``); ``infinite``:
-    how many were infinite (left out). Quantiles are None when no value is finite."""
+    """p10, p50, p90 of ``values`` (NaN left out, ``inf`` above every number; see
+    ``quantile``), ``n``: how many values that is, ``infinite``: how many of them are infinite.
+    A quantile is None when there is no value."""
     values = np.asarray(values, dtype=np.float64)
-    finite = values[np.isfinite(values)]
+    values = values[~np.isnan(values)]
     out: dict = {
-        name: (float(np.quantile(finite, q)) if finite.size else None)
-        for name, q in QUANTILES.items()
+        name: (quantile(values, q) if values.size else None) for name, q in QUANTILES.items()
     }
-    out["n"] = int(finite.size)
+    out["n"] = int(values.size)
     out["infinite"] = int(np.count_nonzero(np.isinf(values)))
     return out
 
@@ -229,7 +244,7 @@ def summarise_target(relationship: Relationship, pairs: pd.DataFrame, effects: n
     kept = pairs[pairs["kept"]]
     n_pairs, n_kept = len(pairs), len(kept)
     margins = kept["novel_margin"].to_numpy(dtype=np.float64)
-    median_margin = float(np.median(margins)) if n_kept else None
+    median_margin = quantile(margins, 0.5) if n_kept else None
     event_steps = int(pairs["event_steps"].sum())
     state = relationship.is_state()
     return {

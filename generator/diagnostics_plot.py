@@ -61,6 +61,7 @@ def plot_simulator(report, simulator: str, path: str | os.PathLike) -> Path:
     """Four panels sharing one row per target: pass rate and drop reasons; the effect of history,
     Replay and Novel events (all pairs); the Novel amplification and the Novel margin (kept
     pairs). Flagged targets are named in red."""
+    from matplotlib.artist import Artist
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -114,7 +115,7 @@ def plot_simulator(report, simulator: str, path: str | os.PathLike) -> Path:
     for axis in axes:
         axis.tick_params(axis="x", labelsize=7)
         axis.set_ylim(-0.7, n - 0.3)
-    handles = [
+    handles: list[Artist] = [
         Patch(color=c, label=p if p == "kept" else f"dropped: {p}") for p, c in DROP_COLOURS.items()
     ]
     handles += [

@@ -1,7 +1,8 @@
 """Pictures of the diagnostics (``whatif diagnose --out``): one PNG per simulator, one overview.
 
-Drawn with matplotlib's object API (``Figure``), never ``pyplot``: no global figure state and no
-backend switch in library code. Distributions are drawn as ranges, not box plots, so the look
+``simulator_figure`` and ``overview_figure`` return a matplotlib ``Figure`` (built with
+``whatif_bench.figures``: no pyplot, no backend switch); ``plot_simulator`` and ``plot_overview``
+save it. Distributions are drawn as ranges, not box plots, so the look
 does not depend on the matplotlib version: a thin line from the 5th to the 95th percentile, a
 thick one over the quartiles, a dot at the median.
 """
@@ -10,10 +11,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from whatif_bench.figures import literal, new_figure, save_png
 from whatif_bench.generator.diagnostics import MARGIN_THRESHOLD
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FLOOR, CEILING = 1e-3, 1e3  # log axes: smaller values are drawn at FLOOR, larger at CEILING
 COLOURS = {"history": "#4d4d4d", "replay": "#1f77b4", "novel": "#d62728"}
@@ -58,18 +64,27 @@ def _range(axis, y: float, values: np.ndarray, colour: str, log: bool = True) ->
 
 
 def plot_simulator(report, simulator: str, path: str | os.PathLike) -> Path:
+    """Save ``simulator_figure`` as a PNG (atomically, see ``figures.save_png``)."""
+    return save_png(simulator_figure(report, simulator), path, dpi=100)
+
+
+def plot_overview(report, path: str | os.PathLike) -> Path:
+    """Save ``overview_figure`` as a PNG (atomically, see ``figures.save_png``)."""
+    return save_png(overview_figure(report), path, dpi=100)
+
+
+def simulator_figure(report, simulator: str) -> Figure:
     """Four panels sharing one row per target: pass rate and drop reasons; the effect of history,
     Replay and Novel events (all pairs); the Novel amplification and the Novel margin (kept
     pairs). Flagged targets are named in red."""
     from matplotlib.artist import Artist
-    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     targets = [t for t in report.targets if t["simulator"] == simulator]
     pairs = report.pairs[report.pairs["simulator"] == simulator]
     n = len(targets)
-    figure = Figure(figsize=(15, 2.4 + 0.34 * n), layout="constrained")
+    figure = new_figure(15, 2.4 + 0.34 * n, layout="constrained")
     axes = figure.subplots(1, 4, sharey=True, width_ratios=[0.7, 1.3, 1, 1])
     rows = np.arange(n)[::-1]  # the first target at the top
     for row, summary in zip(rows, targets, strict=True):
@@ -90,7 +105,7 @@ def plot_simulator(report, simulator: str, path: str | os.PathLike) -> Path:
             _range(axes[1], row + offset, values, COLOURS[kind])
         _range(axes[2], row, kept["novel_amplification"].to_numpy(dtype=np.float64), "black")
         _range(axes[3], row, kept["novel_margin"].to_numpy(dtype=np.float64), COLOURS["novel"])
-    names = [t["target"] for t in targets]
+    names = [literal(t["target"]) for t in targets]
     axes[0].set_yticks(rows, names, fontsize=8)
     for label, summary in zip(axes[0].get_yticklabels(), targets, strict=True):
         if summary["flagged"]:
@@ -126,22 +141,18 @@ def plot_simulator(report, simulator: str, path: str | os.PathLike) -> Path:
     )
     flagged = sum(1 for t in targets if t["flagged"])
     figure.suptitle(
-        f"{simulator}: {n} targets, {flagged} flagged (median Novel margin < "
+        f"{literal(simulator)}: {n} targets, {flagged} flagged (median Novel margin < "
         f"{MARGIN_THRESHOLD:g}, dashed). Ranges: 5th-95th percentile, quartiles, median; values "
         f"outside [{FLOOR:g}, {CEILING:g}] drawn at the edge",
         fontsize=9,
     )
-    path = Path(path)
-    figure.savefig(path, dpi=100, format="png")
-    return path
+    return figure
 
 
-def plot_overview(report, path: str | os.PathLike) -> Path:
+def overview_figure(report) -> Figure:
     """Every target as one point: median Novel amplification against median Novel margin,
     coloured by simulator; flagged targets (below the dashed line) are named."""
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(9, 6.5), layout="constrained")
+    figure = new_figure(9, 6.5, layout="constrained")
     axis = figure.subplots()
     simulators = list(dict.fromkeys(t["simulator"] for t in report.targets))
     for index, simulator in enumerate(simulators):
@@ -156,17 +167,22 @@ def plot_overview(report, path: str | os.PathLike) -> Path:
             continue
         x, y = np.clip(np.array(points, dtype=np.float64).T, FLOOR, CEILING)
         colour = SIMULATOR_COLOURS[index % len(SIMULATOR_COLOURS)]
-        axis.scatter(x, y, s=22, color=colour, label=f"{simulator} ({len(points)})", alpha=0.85)
-    for t in report.flagged():
-        x = t["novel_amplification"]["p50"]
-        y = t["novel_margin"]["p50"]
-        if x is None or y is None:
-            continue
+        axis.scatter(
+            x, y, s=22, color=colour, label=f"{literal(simulator)} ({len(points)})", alpha=0.85
+        )
+    named = [
+        t
+        for t in report.flagged()
+        if t["novel_amplification"]["p50"] is not None and t["novel_margin"]["p50"] is not None
+    ]
+    named.sort(key=lambda t: t["novel_margin"]["p50"])
+    for index, t in enumerate(named):  # neighbours' names alternate above and below their dot
+        point = np.clip([t["novel_amplification"]["p50"], t["novel_margin"]["p50"]], FLOOR, CEILING)
         axis.annotate(
-            t["target"],
-            (float(np.clip(x, FLOOR, CEILING)), float(np.clip(y, FLOOR, CEILING))),
-            fontsize=6,
-            xytext=(4, -2),
+            f"{literal(t['simulator'])}/{literal(t['target'])}",
+            (float(point[0]), float(point[1])),
+            fontsize=7.5,
+            xytext=(5, 3 if index % 2 else -9),
             textcoords="offset points",
             color=COLOURS["novel"],
         )
@@ -186,6 +202,4 @@ def plot_overview(report, path: str | os.PathLike) -> Path:
         "dashed)",
         fontsize=10,
     )
-    path = Path(path)
-    figure.savefig(path, dpi=100, format="png")
-    return path
+    return figure

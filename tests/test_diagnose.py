@@ -431,3 +431,17 @@ def test_an_earlier_report_is_replaced_but_nothing_else(tmp_path, report):
         check_out_folder(tmp_path / "link")
     with pytest.raises(OutputError, match="cannot write to the root folder"):
         check_out_folder("/")
+
+
+def test_the_report_folder_is_the_same_byte_for_byte_whatever_the_workers(
+    corpus_path, report, tmp_path
+):
+    from whatif_bench.generator.diagnose import write_folder
+
+    one = write_folder(report, tmp_path / "one")
+    two = write_folder(diagnose_corpus(corpus_path, jobs=2, progress=False), tmp_path / "two")
+    files = sorted(p.relative_to(one).as_posix() for p in one.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(two).as_posix() for p in two.rglob("*") if p.is_file())
+    assert len(files) == 6  # two CSVs, the JSON, a plot per simulator (two) and the overview
+    for name in files:
+        assert (one / name).read_bytes() == (two / name).read_bytes(), name

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from whatif_bench.evaluation.aggregate import leaderboard
 from whatif_bench.outputs import atomic_output, make_folder, write_text_atomic
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SLICES = {
     "simulator": "simulator",
@@ -94,41 +97,101 @@ def write_reports(per_task: pd.DataFrame, reference: str, out: Path) -> pd.DataF
     return board
 
 
-def _plots(per_task: pd.DataFrame, reference: str, folder: Path) -> None:
-    import matplotlib
+# what each axis is, for the x label of its skill plot
+SLICE_LABELS = {
+    "simulator": "simulator",
+    "K": "K: number of covariates given",
+    "E": "E: history events (Efew: one; Emax: as many as fit)",
+    "ell": "ℓ: event length [steps]",
+    "C": "C: context and prediction lengths (C1 shortest)",
+}
+# skill scores below this are drawn as bars cut at the axis floor, their value written on them
+SKILL_FLOOR = -2.0
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def skill_figure(per_task: pd.DataFrame, reference: str, axis: str) -> Figure:
+    """Skill score of each model against one axis (``SLICES``), as grouped bars.
+
+    One panel per future type, and (for every axis but ``simulator``) per simulator; the panels
+    share the y axis. The axis values are categories: each gets a group of bars, one per model,
+    never a line joining values. The reference model scores 0 by definition: it is the zero line,
+    not a bar. A score below ``SKILL_FLOOR`` is drawn cut at the floor with its value written.
+    """
+    import numpy as np
+
+    from whatif_bench.figures import literal, new_figure
+
+    column = SLICES[axis]
+    splits = [("future", f) for f in sorted(per_task["future"].unique())]
+    if axis != "simulator":
+        splits += [("simulator", s) for s in sorted(per_task["simulator"].unique())]
+    models = list(dict.fromkeys(per_task["model"]))
+    shown = [m for m in models if m != reference]
+    colours = {m: f"C{i % 10}" for i, m in enumerate(shown)}
+    figure = new_figure(3.6 * len(splits) + 1.6, 3.6, layout="constrained")
+    axes = figure.subplots(1, len(splits), squeeze=False, sharey=True)[0]
+    tables = [
+        sliced(per_task[per_task[split] == value], column, reference) for split, value in splits
+    ]
+    scores = np.concatenate([t["skill_score"].to_numpy(dtype=float) for t in tables])
+    finite = scores[np.isfinite(scores)]
+    low = min(float(finite.min()) if finite.size else 0.0, 0.0)
+    floor = max(low, SKILL_FLOOR)
+    width = 0.8 / max(len(shown), 1)
+    for panel, (split, value), table in zip(axes, splits, tables, strict=True):
+        values = list(dict.fromkeys(table[column]))
+        where = {v: i for i, v in enumerate(values)}
+        for index, model in enumerate(shown):
+            rows = table[table["model"] == model]
+            x = np.array([where[v] for v in rows[column]]) + (index - (len(shown) - 1) / 2) * width
+            heights = rows["skill_score"].to_numpy(dtype=float)
+            panel.bar(
+                x,
+                np.maximum(heights, floor),
+                width=width,
+                color=colours[model],
+                label=literal(model),
+            )
+            for xi, height in zip(x, heights, strict=True):
+                if height < floor:  # a cut bar: its value written up from the floor, in white
+                    panel.text(
+                        xi,
+                        floor + 0.02 * (1.0 - floor),
+                        f"{height:.3g}",
+                        rotation=90,
+                        ha="center",
+                        va="bottom",
+                        fontsize=7,
+                        color="white",
+                        fontweight="bold",
+                    )
+        panel.axhline(0.0, color="0.3", linewidth=0.8, label=f"{literal(reference)} (reference)")
+        panel.set_xticks(range(len(values)), [str(v) for v in values])
+        tasks = int(per_task.loc[per_task[split] == value, "task_id"].nunique())
+        panel.set_title(f"{split}: {literal(str(value))} ({tasks} tasks)", fontsize=9)
+        panel.set_xlabel(SLICE_LABELS[axis], fontsize=8)
+        panel.tick_params(labelsize=7)
+        panel.grid(axis="y", color="0.9", linewidth=0.6)
+        panel.set_axisbelow(True)
+    axes[0].set_ylim(bottom=floor - 0.05 * (1.0 - floor))
+    cut = f"; bars cut at {floor:g}" if floor > low else ""
+    axes[0].set_ylabel(f"skill score vs {literal(reference)} (wQL{cut})", fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
+    by = "future type" if axis == "simulator" else "future type and per simulator"
+    figure.suptitle(
+        f"Skill score vs {literal(reference)} by {SLICE_LABELS[axis].split(':')[0]}, one panel "
+        f"per {by} (1: perfect; 0: as good as {literal(reference)}; below 0: worse)",
+        fontsize=10,
+    )
+    return figure
+
+
+def _plots(per_task: pd.DataFrame, reference: str, folder: Path) -> None:
+    """``plots/skill_by_<axis>.png`` for every axis but ``future`` (each plot splits by it)."""
+    from whatif_bench.figures import save_png
 
     make_folder(folder)
-    for axis, column in SLICES.items():
-        if axis == "future":
-            continue
-        splits = [("future", f) for f in sorted(per_task["future"].unique())]
-        splits += (
-            [("simulator", s) for s in sorted(per_task["simulator"].unique())]
-            if axis != "simulator"
-            else []
-        )
-        figure, axes = plt.subplots(
-            1, len(splits), figsize=(4.2 * len(splits), 3.4), squeeze=False, sharey=True
-        )
-        for axis_plot, (split_column, split_value) in zip(axes[0], splits, strict=True):
-            part = per_task[per_task[split_column] == split_value]
-            table = sliced(part, column, reference)
-            for model, rows in table.groupby("model", sort=True):
-                axis_plot.plot(
-                    rows[column].astype(str), rows["skill_score"], marker="o", label=model
-                )
-            axis_plot.axhline(0.0, color="0.6", linewidth=0.8)
-            axis_plot.set_title(f"{split_value}", fontsize=9)
-            axis_plot.set_xlabel(axis)
-        axes[0, 0].set_ylabel(f"skill score vs {reference}")
-        axes[0, -1].legend(fontsize=7)
-        figure.suptitle(f"Skill score by {axis}, split by future type and simulator", fontsize=10)
-        figure.tight_layout()
-        _write(
-            folder / f"skill_by_{axis}.png",
-            functools.partial(figure.savefig, dpi=100, format="png"),
-        )
-        plt.close(figure)
+    for axis in SLICES:
+        if axis != "future":
+            save_png(skill_figure(per_task, reference, axis), folder / f"skill_by_{axis}.png")

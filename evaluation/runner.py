@@ -467,19 +467,19 @@ def _run_evaluation(
                 todo.append((index, chunk, pending))
         bar = tqdm(total=len(todo), desc="evaluating", unit="chunk", disable=not progress)
         with contextlib.ExitStack() as stack:
-            calls: Iterator[tuple]
             if pool.distributed:  # read here, a few chunks ahead of the workers
                 corpus = stack.enter_context(Corpus(corpus_path))
-                calls = (
+                task_calls = (
                     ([corpus[task_id] for task_id in chunk], [m for m, _ in pending])
                     for _, chunk, pending in todo
                 )
-                results = pool.ordered(_score_tasks, calls, shared=(covariate_units(corpus.attrs),))
+                units = covariate_units(corpus.attrs)
+                results = pool.ordered(_score_tasks, task_calls, shared=(units,))
             else:
-                calls = (
+                chunk_calls = (
                     (str(corpus_path), chunk, [m for m, _ in pending]) for _, chunk, pending in todo
                 )
-                results = pool.ordered(_score_chunk, calls)
+                results = pool.ordered(_score_chunk, chunk_calls)
             for (index, _, pending), frames in zip(todo, results, strict=True):
                 for (_, label), frame in zip(pending, frames, strict=True):
                     _write_chunk(frame, folders[label] / _chunk_name(index))

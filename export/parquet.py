@@ -62,7 +62,7 @@ SOURCES = {
     "gridlabd": (
         "GridLAB-D 6.0 (`gridlabd` package) house with heat pump and ZIP load, weather from "
         "the TMY3 file of Greensboro NC (USAF 723170) shipped by pvlib; 14 days at 60 s",
-        "GridLAB-D: BSD-style (Battelle/PNNL); pvlib: BSD-3-Clause; TMY3: NREL",
+        "GridLAB-D: Battelle Open Source License (BSD-style); pvlib: BSD-3-Clause; TMY3: NREL",
     ),
     "opendc": (
         "OpenDC (not shipped: no OpenDC run was possible here)",

@@ -11,7 +11,7 @@ to user-registered forms and are dispatched by kernels rebuilt in ``dispatch.py`
 from __future__ import annotations
 
 import math
-from typing import Literal, TypedDict
+from typing import Literal, NamedTuple, TypedDict
 
 import numba
 import numpy as np
@@ -30,6 +30,27 @@ class JitFlags(TypedDict, total=False):
 JIT_FLAGS: JitFlags = {"fastmath": False, "error_model": "numpy"}
 JIT_OPTIONS: JitFlags = {**JIT_FLAGS, "cache": True}
 CUSTOM_CODE_BASE = 100
+
+
+class RelationshipConstants(NamedTuple):
+    """One relationship restricted to its first K covariates, as the kernels read it.
+
+    Built by ``Relationship.kernel_constants`` (engine.py); numba passes it to a kernel as one
+    typed tuple, so a kernel reads ``constants.level`` instead of its 12th argument.
+    """
+
+    primary_code: int  # the primary form's code (forms.py)
+    primary_params: np.ndarray  # (MAX_PARAMS,) float64: the primary form's packed parameters
+    effect_codes: (
+        np.ndarray
+    )  # (K,) int64: each covariate's effect code (row 0, the primary, unused)
+    effect_params: np.ndarray  # (K, MAX_PARAMS) float64: each effect's packed parameters
+    weights: np.ndarray  # (K,) float64: signed, dampened weights (0 for the primary)
+    combination: int  # MULTIPLICATIVE or ADDITIVE
+    level: float  # additive level, in the target's unit
+    lower: float  # clipping window, in the target's unit (-inf / inf: none)
+    upper: float
+
 
 MULTIPLICATIVE = 0
 ADDITIVE = 1
@@ -156,29 +177,19 @@ def _combine(
 
 @numba.njit(**JIT_OPTIONS)
 def _evaluate_kernel(
-    y: np.ndarray,
-    factors: np.ndarray,
-    primary_code: int,
-    primary_params: np.ndarray,
-    effect_codes: np.ndarray,
-    effect_params: np.ndarray,
-    weights: np.ndarray,
-    combination: int,
-    level: float,
-    lower: float,
-    upper: float,
-    out: np.ndarray,
+    y: np.ndarray, factors: np.ndarray, constants: RelationshipConstants, out: np.ndarray
 ) -> None:
     """Target for baseline ``y`` (T,) under per-timestep factors (K, T); row 0 is the primary."""
+    c = constants
     n_covariates = factors.shape[0]
-    neutral = 1.0 if combination == MULTIPLICATIVE else 0.0
+    neutral = 1.0 if c.combination == MULTIPLICATIVE else 0.0
     for t in range(y.shape[0]):
-        g = _primary_value(primary_code, y[t], factors[0, t], primary_params)
+        g = _primary_value(c.primary_code, y[t], factors[0, t], c.primary_params)
         acc = neutral
-        for c in range(1, n_covariates):
-            r = _effect_value(effect_codes[c], factors[c, t], effect_params[c])
-            acc = _accumulate(combination, acc, _effect_term(combination, weights[c], r))
-        out[t] = _combine(combination, y[t], g, acc, level, lower, upper)
+        for i in range(1, n_covariates):
+            r = _effect_value(c.effect_codes[i], factors[i, t], c.effect_params[i])
+            acc = _accumulate(c.combination, acc, _effect_term(c.combination, c.weights[i], r))
+        out[t] = _combine(c.combination, y[t], g, acc, c.level, c.lower, c.upper)
 
 
 @numba.njit(**JIT_OPTIONS)
@@ -198,33 +209,27 @@ def _apply_events_kernel(
     lengths: np.ndarray,
     event_factors: np.ndarray,
     shape_codes: np.ndarray,
-    primary_code: int,
-    primary_params: np.ndarray,
-    effect_codes: np.ndarray,
-    effect_params: np.ndarray,
-    weights: np.ndarray,
-    combination: int,
-    level: float,
-    lower: float,
-    upper: float,
+    constants: RelationshipConstants,
     out: np.ndarray,
 ) -> None:
     """Target under non-overlapping events; untouched steps are copied, not recomputed.
 
-    ``event_factors`` is (E, K); ``shape_codes`` (K,). Step-shaped secondaries are evaluated
-    once per event, bell-shaped ones per timestep.
+    ``y`` and ``out`` are (T,); ``starts`` and ``lengths`` (E,) int64 steps; ``event_factors``
+    (E, K); ``shape_codes`` (K,). Step-shaped secondaries are evaluated once per event,
+    bell-shaped ones per timestep.
     """
+    c = constants
     out[:] = y
     n_covariates = event_factors.shape[1]
-    neutral = 1.0 if combination == MULTIPLICATIVE else 0.0
+    neutral = 1.0 if c.combination == MULTIPLICATIVE else 0.0
     max_length = 0
     for e in range(starts.shape[0]):
         max_length = max(max_length, lengths[e])
     profile = np.empty(max_length)
     profile_length = -1
     has_bell = False
-    for c in range(n_covariates):
-        if shape_codes[c] == BELL:
+    for i in range(n_covariates):
+        if shape_codes[i] == BELL:
             has_bell = True
     step_terms = np.empty(n_covariates)
     for e in range(starts.shape[0]):
@@ -232,27 +237,27 @@ def _apply_events_kernel(
         if has_bell and length != profile_length:
             _fill_bell_profile(length, profile)
             profile_length = length
-        for c in range(1, n_covariates):
-            if shape_codes[c] == STEP:
-                r = _effect_value(effect_codes[c], event_factors[e, c], effect_params[c])
-                step_terms[c] = _effect_term(combination, weights[c], r)
+        for i in range(1, n_covariates):
+            if shape_codes[i] == STEP:
+                r = _effect_value(c.effect_codes[i], event_factors[e, i], c.effect_params[i])
+                step_terms[i] = _effect_term(c.combination, c.weights[i], r)
         primary_factor = event_factors[e, 0]
         primary_is_bell = shape_codes[0] == BELL
         start = starts[e]
         for t in range(length):
             index = start + t
             fp = 1.0 + (primary_factor - 1.0) * profile[t] if primary_is_bell else primary_factor
-            g = _primary_value(primary_code, y[index], fp, primary_params)
+            g = _primary_value(c.primary_code, y[index], fp, c.primary_params)
             acc = neutral
-            for c in range(1, n_covariates):
-                if shape_codes[c] == STEP:
-                    term = step_terms[c]
+            for i in range(1, n_covariates):
+                if shape_codes[i] == STEP:
+                    term = step_terms[i]
                 else:
-                    fc = 1.0 + (event_factors[e, c] - 1.0) * profile[t]
-                    r = _effect_value(effect_codes[c], fc, effect_params[c])
-                    term = _effect_term(combination, weights[c], r)
-                acc = _accumulate(combination, acc, term)
-            out[index] = _combine(combination, y[index], g, acc, level, lower, upper)
+                    fc = 1.0 + (event_factors[e, i] - 1.0) * profile[t]
+                    r = _effect_value(c.effect_codes[i], fc, c.effect_params[i])
+                    term = _effect_term(c.combination, c.weights[i], r)
+                acc = _accumulate(c.combination, acc, term)
+            out[index] = _combine(c.combination, y[index], g, acc, c.level, c.lower, c.upper)
 
 
 @numba.njit(**JIT_OPTIONS)

@@ -99,6 +99,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     doc.set_defaults(handler=_doc)
 
+    from whatif_bench.generator.diagnose_cli import add_relationships_arguments
+
+    add_relationships_arguments(sub)  # `relationships diagnose`: pairs drawn as generate would
+
 
 def _load(args: argparse.Namespace):
     from whatif_bench.relationships.plugins import load_form_modules

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,6 +23,15 @@ from whatif_bench.relationships.forms import MAX_PARAMS, FormDefinition
 from whatif_bench.relationships.shapes import shape_code
 
 _COMBINATION_CODES = {"multiplicative": k.MULTIPLICATIVE, "additive": k.ADDITIVE}
+
+
+class CovariateArrays(NamedTuple):
+    """The first K covariates of a relationship as contiguous kernel arrays."""
+
+    effect_codes: np.ndarray  # (K,) int64: effect code per covariate (row 0, the primary, unused)
+    effect_params: np.ndarray  # (K, MAX_PARAMS) float64: packed effect parameters
+    weights: np.ndarray  # (K,) float64: signed, dampened weights (0 for the primary)
+    shape_codes: np.ndarray  # (K,) int64: STEP or BELL per covariate
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,7 @@ class Relationship:
     only_increase: bool
     rationale: str
     class_rationale: str
-    _packed: dict = field(default_factory=dict, repr=False, compare=False)
+    _packed: dict[int, CovariateArrays] = field(default_factory=dict, repr=False, compare=False)
 
     # ---- descriptive ------------------------------------------------------------------
     @property
@@ -153,7 +163,7 @@ class Relationship:
             )
         return k_covariates
 
-    def kernel_arguments(self, k_covariates: int) -> tuple:
+    def kernel_arguments(self, k_covariates: int) -> CovariateArrays:
         """Contiguous arrays describing the first ``k_covariates`` covariates for the kernels."""
         k_covariates = self._check_k(k_covariates)
         if k_covariates not in self._packed:
@@ -167,21 +177,23 @@ class Relationship:
                 if i > 0:
                     weights[i] = info.sign * s * info.weight
             shapes = np.array([shape_code(c.shape) for c in active], dtype=np.int64)
-            self._packed[k_covariates] = (codes, params, weights, shapes)
+            self._packed[k_covariates] = CovariateArrays(codes, params, weights, shapes)
         return self._packed[k_covariates]
 
-    def _constants(self, k_covariates: int) -> tuple:
-        """The kernels' relationship arguments, from the primary form to the clipping window."""
+    def kernel_constants(self, k_covariates: int) -> k.RelationshipConstants:
+        """The relationship over its first ``k_covariates`` covariates, as the kernels read it."""
         codes, params, weights, _ = self.kernel_arguments(k_covariates)
-        return (
-            self.form.code,
-            self.primary_params,
-            codes,
-            params,
-            weights,
-            _COMBINATION_CODES[self.combination],
-            self.level,
-            *self.window,
+        lower, upper = self.window
+        return k.RelationshipConstants(
+            primary_code=self.form.code,
+            primary_params=self.primary_params,
+            effect_codes=codes,
+            effect_params=params,
+            weights=weights,
+            combination=_COMBINATION_CODES[self.combination],
+            level=float(self.level),
+            lower=float(lower),
+            upper=float(upper),
         )
 
     # ---- evaluation -------------------------------------------------------------------
@@ -230,7 +242,7 @@ class Relationship:
         if matrix.ndim != 2 or matrix.shape[1] != y.shape[0]:
             raise RelationshipError(f"factor array must be (K, {y.shape[0]}), got {matrix.shape}")
         out = np.empty_like(y)
-        current_kernels().evaluate(y, matrix, *self._constants(matrix.shape[0]), out)
+        current_kernels().evaluate(y, matrix, self.kernel_constants(matrix.shape[0]), out)
         return out
 
     def evaluate_grid(
@@ -265,7 +277,7 @@ class Relationship:
         """Target under the scheduled events; steps outside every event equal ``y`` exactly."""
         y = _as_series(y)
         self._check_schedule(schedule, y.shape[0])
-        *_, shapes = self.kernel_arguments(schedule.n_covariates)
+        shapes = self.kernel_arguments(schedule.n_covariates).shape_codes
         out = np.empty_like(y)
         current_kernels().apply_events(
             y,
@@ -273,7 +285,7 @@ class Relationship:
             schedule.lengths,
             schedule.factors,
             shapes,
-            *self._constants(schedule.n_covariates),
+            self.kernel_constants(schedule.n_covariates),
             out,
         )
         return out
@@ -281,7 +293,7 @@ class Relationship:
     def factor_trajectories(self, n_steps: int, schedule: EventSchedule) -> np.ndarray:
         """(K, T) factor trajectories of the scheduled events, shaped per covariate."""
         self._check_schedule(schedule, n_steps)
-        *_, shapes = self.kernel_arguments(schedule.n_covariates)
+        shapes = self.kernel_arguments(schedule.n_covariates).shape_codes
         out = np.empty((schedule.n_covariates, n_steps), dtype=np.float64)
         current_kernels().trajectories(
             schedule.starts, schedule.lengths, schedule.factors, shapes, out

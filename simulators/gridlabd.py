@@ -36,11 +36,15 @@ DEFAULT_DAYS = 14  # 20,160 steps at 60 s
 START = "1988-01-01 00:00:00"  # Friday; GLM clock in local standard time
 WEATHER_FILE = "723170TYA.CSV"  # pvlib/data: Greensboro Piedmont Triad Intl, NC (TMY3)
 # The recorded weather files pvlib ships: file name -> (GridLAB-D file name, what it is).
-# GridLAB-D's climate object picks its reader by extension: .tmy3 for TMY3, .tm2 for TMY2.
+# GridLAB-D's climate object picks its reader by extension: .tmy3 for TMY3, .tmy2 for TMY2.
+# pvlib's own TMY2 extension (.tm2) is not one it knows: gridlabd 6.0 then warns "unrecognized
+# filetype, assuming TMY2" and failed about one run in two here ("weather file header improperly
+# formed"). Read as .tmy2 it runs every time. Its TMY2 reader puts each hourly record at the
+# start of its hour, its TMY3 reader at the end (tests/test_sim_gridlabd.py checks both).
 WEATHER_FILES: dict[str, tuple[str, str]] = {
     WEATHER_FILE: ("weather.tmy3", "TMY3, Greensboro NC"),
     "703165TY.csv": ("weather.tmy3", "TMY3, Sand Point AK"),
-    "12839.tm2": ("weather.tm2", "TMY2, Miami FL"),
+    "12839.tm2": ("weather.tmy2", "TMY2, Miami FL"),
 }
 _INSTALL = "pip install 'whatif-bench[simulators]'  (installs gridlabd and pvlib)"
 
@@ -187,6 +191,22 @@ object recorder {{ parent zip_load; property "actual_power.real"; interval {INTE
 """
 
 
+def _engine_errors(engine: object) -> str:
+    """The engine's error and fatal messages of its last run, joined ('' if it keeps none)."""
+    get_messages = getattr(engine, "get_messages", None)
+    if get_messages is None:
+        return ""
+    try:
+        messages = get_messages()
+    except RuntimeError:
+        return ""
+    return "; ".join(
+        str(m.get("message", "")).strip()
+        for m in messages
+        if isinstance(m, dict) and m.get("type") in ("ERROR", "FATAL")
+    )
+
+
 def _read_recorder(path: Path, n_steps: int) -> np.ndarray:
     """Values (n_steps, columns) of a tape recorder file, checked to be complete."""
     if not path.is_file():
@@ -257,10 +277,16 @@ def run(
         engine = gridlabd.GridLabD()
         try:
             engine.load_glm(str(folder / "model.glm"), workdir=str(folder))
-            engine.run()
+            status = engine.run()
+            failure = _engine_errors(engine) if status else ""
             engine.finalize()  # flushes and closes the recorders
         except RuntimeError as exc:
             raise SimulatorError(f"GridLAB-D failed on the base setting: {exc}") from exc
+        if status:
+            raise SimulatorError(
+                f"GridLAB-D stopped with status {status} before the end of the run"
+                + (f": {failure}" if failure else "")
+            )
         house = _read_recorder(folder / "house.csv", n_steps)
         load = _read_recorder(folder / "zip_load.csv", n_steps)
 

@@ -33,6 +33,9 @@ from whatif_bench.simulators.base import Baselines
 from whatif_bench.simulators.catalog import SIMULATORS
 from whatif_bench.simulators.world_defaults import CACHE_ENV, DEFAULT_CACHE
 
+# Bumped whenever a wrapper's output for an unchanged setting changes (2: GridLAB-D reads
+# TMY2 weather by its own extension, see simulators/gridlabd.py), so older cache files rebuild.
+RUNS_VERSION = 2
 SETTING_INPUT = "world.json"  # the input "file" of a world's Baselines that records its setting
 
 
@@ -286,8 +289,13 @@ def _resolve_days(setting: WorldSetting, days: float | None) -> float:
 
 
 def setting_record(setting: WorldSetting, days: float) -> str:
-    """The JSON text a world's Baselines records as its ``world.json`` input."""
-    return json.dumps({**setting.to_dict(), "days": days}, sort_keys=True)
+    """The JSON text a world's Baselines records as its ``world.json`` input.
+
+    It names ``RUNS_VERSION``, so a cache file made before a wrapper changed how a setting runs
+    holds another record and is rebuilt.
+    """
+    record = {**setting.to_dict(), "days": days, "runs_version": RUNS_VERSION}
+    return json.dumps(record, sort_keys=True)
 
 
 def run_world(

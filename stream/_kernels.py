@@ -28,6 +28,7 @@ import numpy as np
 from whatif_bench.relationships._kernels import (
     BELL,
     JIT_OPTIONS,
+    RelationshipConstants,
     _apply_events_kernel,
     _fill_bell_profile,
 )
@@ -307,6 +308,17 @@ def _build(
     replay = events[picks[REPLAY_SOURCE] : picks[REPLAY_SOURCE] + 1]
     steps = max(length, horizon)
     one[0], one[1] = 0, length
+    constants = RelationshipConstants(
+        ints[PRIMARY_CODE],
+        plan.primary_params[entry],
+        plan.effect_codes[entry, k - 1, :k],
+        plan.effect_params[entry, k - 1, :k],
+        plan.weights[entry, k - 1, :k],
+        ints[COMBINATION],
+        floats[LEVEL],
+        floats[LOWER],
+        floats[UPPER],
+    )
     for part in range(3):
         if part == 0:
             y, part_starts, part_lengths, out = (
@@ -332,15 +344,7 @@ def _build(
             part_lengths,
             part_factors,
             plan.shapes[entry, :k],
-            ints[PRIMARY_CODE],
-            plan.primary_params[entry],
-            plan.effect_codes[entry, k - 1, :k],
-            plan.effect_params[entry, k - 1, :k],
-            plan.weights[entry, k - 1, :k],
-            ints[COMBINATION],
-            floats[LEVEL],
-            floats[LOWER],
-            floats[UPPER],
+            constants,
             out,
         )
         if not verify:

@@ -179,7 +179,7 @@ class ForecastEnv(gymnasium.Env):
             super().reset()
             self.slot += 1
         self.task = self.stream.task(self.slot)
-        return self._observation(self.task), self._reset_info(self.task, self.stream.seed)
+        return self._observation(self.task), self._reset_info(self.task)
 
     def step(
         self, action: np.ndarray
@@ -231,9 +231,10 @@ class ForecastEnv(gymnasium.Env):
             "covariate_mask": covariates,
         }
 
-    def _reset_info(self, task: Task, seed: int) -> dict[str, Any]:
+    def _reset_info(self, task: Task) -> dict[str, Any]:
+        assert self.stream is not None  # reset() made it
         return {
-            "seed": seed,
+            "seed": self.stream.seed,
             "slot": self.slot,
             "task_id": task.task_id,
             "simulator": task.simulator,

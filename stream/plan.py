@@ -125,7 +125,7 @@ def build_plan(entries: Sequence, dist: AxisDistribution) -> StreamPlan | None:
             return None
         for k in range(1, max_k + 1):
             form, params, codes, packed, signed, combination, level, low, high = (
-                relationship._constants(k)
+                relationship.kernel_constants(k)
             )
             if form >= CUSTOM_CODE_BASE or np.any(codes >= CUSTOM_CODE_BASE):
                 return None

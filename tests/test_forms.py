@@ -47,15 +47,17 @@ def _kernel_primary(name: str, y: np.ndarray, f: np.ndarray) -> np.ndarray:
     k._evaluate_kernel(
         y,
         f[None, :].copy(),
-        FORMS[name].code,
-        params,
-        np.zeros(1, np.int64),
-        np.zeros((1, 4)),
-        np.zeros(1),
-        k.MULTIPLICATIVE,
-        0.0,
-        -math.inf,
-        math.inf,
+        k.RelationshipConstants(
+            primary_code=FORMS[name].code,
+            primary_params=params,
+            effect_codes=np.zeros(1, np.int64),
+            effect_params=np.zeros((1, 4)),
+            weights=np.zeros(1),
+            combination=k.MULTIPLICATIVE,
+            level=0.0,
+            lower=-math.inf,
+            upper=math.inf,
+        ),
         out,
     )
     return out

@@ -189,7 +189,7 @@ def test_gridlabd_world_records_where_and_when_it_ran(cache):
     miami = cache.get(get_world("gridlabd-miami-january"))
     assert (
         "12839.tm2" in miami.inputs["weather"]
-        and 'tmyfile "weather.tm2"' in (miami.inputs["model.glm"])
+        and 'tmyfile "weather.tmy2"' in (miami.inputs["model.glm"])
     )
 
 

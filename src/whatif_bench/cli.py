@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     from whatif_bench.generator import cli as gen_cli
 
     gen_cli.add_arguments(subparsers)
+    from whatif_bench.generator import diagnose_cli
+
+    diagnose_cli.add_arguments(subparsers)
     from whatif_bench.evaluation import cli as eval_cli
 
     eval_cli.add_arguments(subparsers)

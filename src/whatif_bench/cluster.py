@@ -226,7 +226,7 @@ def _connect(cluster: DaskCluster) -> Iterator[Any]:
             stack.callback(local.close)
             address = local.scheduler_address
         else:
-            assert cluster.scheduler is not None  # DaskCluster holds one or the other
+            assert cluster.scheduler is not None  # DaskCluster holds one of the two
             address = cluster.scheduler.strip()
             probe_scheduler(address, cluster.timeout_s)
         try:

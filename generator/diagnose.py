@@ -1,0 +1,483 @@
+"""``whatif diagnose`` and ``whatif relationships diagnose``: the diagnostics of
+``generator/diagnostics.py`` over a corpus file, or over pairs drawn in memory for a spec.
+
+Both give a ``Diagnostics``: one summary per target (in registry or corpus order), one row per
+pair, and every history effect. ``format_table`` prints it, ``as_dict`` is the ``--json``
+output, ``write_folder`` writes ``diagnostics.csv``, ``pairs.csv``, one PNG per simulator and
+``diagnostics.json`` (last) into a folder that appears only once complete.
+
+- From a corpus, the recorded 10 % statistics and verdicts are used as they are; every pair is
+  rebuilt from its stored recipe (to count zero-baseline and clipped steps and to replay the
+  history events for the Novel margin), which needs the relationship registry the corpus was
+  built with (its ``registry_hash``).
+- For a spec, each target's pairs are drawn and verified exactly as ``whatif generate`` would
+  (the same recipes for the same seed), from a baselines file, without writing anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import textwrap
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from whatif_bench._version import __version__
+from whatif_bench.errors import WhatIfError
+from whatif_bench.generator.diagnostics import (
+    MARGIN_THRESHOLD,
+    PAIR_COLUMNS,
+    diagnose_target,
+    summarise_target,
+)
+from whatif_bench.generator.recipe import Recipe
+from whatif_bench.relationships.engine import Relationship
+
+MARKER = "diagnostics.json"  # written last: a folder holding it is a finished report
+FLAG_RULE = (
+    f"flagged when the median Novel margin over the kept pairs is below {MARGIN_THRESHOLD:g}"
+)
+WorkItem = tuple[Relationship, np.ndarray, list[Recipe], list | None]
+
+
+class DiagnosticsError(WhatIfError):
+    """Diagnostics cannot be made: unknown target, missing baseline, another registry."""
+
+
+@dataclass
+class Diagnostics:
+    """The report: ``targets`` (one summary dict each), ``pairs`` (one row per pair, columns
+    ``diagnostics.PAIR_COLUMNS``), ``history_effects`` ((simulator, target) -> every history
+    event's effect) and ``source`` (where the pairs came from)."""
+
+    source: dict
+    targets: list[dict] = field(default_factory=list)
+    pairs: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(PAIR_COLUMNS)))
+    history_effects: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        """The JSON report (``--json``, ``diagnostics.json``). JSON has no infinity: an
+        infinite number is written as ``null`` (a quantile's ``infinite`` counts its infinite
+        values, so a ``null`` quantile with ``n > 0`` is infinite)."""
+        return _json_safe(
+            {
+                "toolkit_version": __version__,
+                "source": self.source,
+                "threshold": MARGIN_THRESHOLD,
+                "flag_rule": FLAG_RULE,
+                "targets": self.targets,
+            }
+        )
+
+    def flagged(self) -> list[dict]:
+        return [t for t in self.targets if t["flagged"]]
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+# ---- selecting targets ----------------------------------------------------------------
+def select_names(
+    available: Sequence[tuple[str, str]], names: Iterable[str], where: str
+) -> list[tuple[str, str]]:
+    """The (simulator, target) pairs of ``available`` that ``names`` (``NAME`` or
+    ``SIMULATOR/NAME``) pick, in ``available``'s order; all of them when ``names`` is empty."""
+    names = list(names)
+    if not names:
+        return list(available)
+    wanted = set()
+    for name in names:
+        matches = [item for item in available if name in (item[1], f"{item[0]}/{item[1]}")]
+        if not matches:
+            choices = [f"{s}/{t}" for s, t in available]
+            raise DiagnosticsError(f"{where} has no target {name!r}; it has {choices}")
+        if len(matches) > 1:
+            raise DiagnosticsError(
+                f"target {name!r} is ambiguous in {where}; write simulator/target"
+            )
+        wanted.add(matches[0])
+    return [item for item in available if item in wanted]
+
+
+# ---- sources ----------------------------------------------------------------------------
+def corpus_work(corpus, targets: Iterable[str] = ()) -> tuple[list[WorkItem], dict]:
+    """One work item per selected target of an open ``Corpus``, and the source description."""
+    from whatif_bench.generator.writer import registry_hash
+    from whatif_bench.relationships.registry import load_registry
+
+    attrs = corpus.attrs
+    if attrs.get("registry_hash") != registry_hash():
+        raise DiagnosticsError(
+            f"{corpus.path}: built with another relationship registry (registry_hash "
+            f"{str(attrs.get('registry_hash'))[:12]}..., this toolkit's is {registry_hash()[:12]}...); "
+            "diagnose rebuilds its pairs, so generate it again with this toolkit"
+        )
+    pairs = corpus.pairs
+    available = list(
+        dict.fromkeys(zip(pairs["simulator"].tolist(), pairs["target"].tolist(), strict=True))
+    )
+    chosen = select_names(available, targets, str(corpus.path))
+    registry = load_registry()
+    events = corpus._read("the recipe arrays /events", lambda: corpus._recipes()[0])
+    ratios = events["ratio"]
+    items: list[WorkItem] = []
+    for simulator, target in chosen:
+        rows = pairs[(pairs["simulator"] == simulator) & (pairs["target"] == target)]
+        relationship = registry.get(simulator, target)
+        recipes, stored = [], []
+        for row in rows.to_dict("records"):
+            recipe = corpus.recipe(row)
+            first = int(row["event_offset"])
+            history = np.asarray(ratios[first : first + recipe.n_events], dtype=np.float64)
+            if history.size != recipe.n_events:
+                raise DiagnosticsError(
+                    f"{corpus.path}: damaged corpus, {row['pair_id']} has {history.size} of its "
+                    f"{recipe.n_events} event ratios"
+                )
+            recipes.append(recipe)
+            stored.append(
+                (
+                    history,
+                    float(row["replay_ratio"]),
+                    float(row["novel_ratio"]),
+                    str(row["drop_reason"]),
+                )
+            )
+        items.append((relationship, corpus.baseline(simulator, target), recipes, stored))
+    source = {
+        "kind": "corpus",
+        "path": str(corpus.path),
+        "toolkit_version": attrs.get("toolkit_version"),
+        "master_seed": attrs.get("master_seed"),
+        "baselines_hash": attrs.get("baselines_hash"),
+        "registry_hash": attrs.get("registry_hash"),
+    }
+    return items, source
+
+
+def sampled_keys(relationship: Relationship, sample: float, seed: int) -> list:
+    """The (pair key, context, prediction) a spec diagnosis draws for one target: all of the
+    generator's pairs (``sample = 1``), or ``ceil(sample * 200)`` of them picked at random from a
+    stream keyed by the seed and the target (the same pick whichever other targets are asked)."""
+    from whatif_bench.generator.seeds import pair_rng
+    from whatif_bench.generator.sweep import pair_keys
+
+    keys = list(pair_keys(relationship))
+    if sample >= 1.0:
+        return keys
+    count = max(1, math.ceil(sample * len(keys)))
+    rng = pair_rng(seed, f"diagnose-sample/{relationship.simulator}/{relationship.target}")
+    picked = np.sort(rng.choice(len(keys), size=count, replace=False))
+    return [keys[i] for i in picked]
+
+
+def spec_work(
+    relationships: Sequence[Relationship],
+    baselines_path: str | os.PathLike,
+    sample: float = 1.0,
+    seed: int = 0,
+    skip_unsimulated: bool = False,
+) -> list[WorkItem]:
+    """One work item per relationship: its pairs drawn as ``whatif generate --seed`` draws them,
+    on the relationship's series in ``baselines_path``. A relationship whose simulator has no
+    baselines there is an error, or left out with ``skip_unsimulated`` (as ``generate`` leaves
+    out OpenDC when no OpenDC run is at hand)."""
+    from whatif_bench.generator.recipe import draw_recipe
+    from whatif_bench.simulators.store import read_baselines
+
+    if not (isinstance(sample, int | float) and not isinstance(sample, bool) and 0 < sample <= 1):
+        raise DiagnosticsError(f"the sample must be a fraction in (0, 1], got {sample!r}")
+    baselines = read_baselines(baselines_path)
+    if skip_unsimulated:
+        relationships = [r for r in relationships if r.simulator in baselines]
+        if not relationships:
+            raise DiagnosticsError(
+                f"{baselines_path}: none of the targets' simulators has baselines here (it has "
+                f"{sorted(baselines)})"
+            )
+    items: list[WorkItem] = []
+    for relationship in relationships:
+        name = f"{relationship.simulator}/{relationship.target}"
+        item = baselines.get(relationship.simulator)
+        if item is None:
+            raise DiagnosticsError(
+                f"{baselines_path}: no baselines of simulator {relationship.simulator!r} (it has "
+                f"{sorted(baselines)}), so {name} has nothing to act on; give --baselines"
+            )
+        if relationship.target not in item.series:
+            raise DiagnosticsError(
+                f"{baselines_path}: no baseline series {name}; a target must be one of the "
+                f"series its simulator records: {sorted(item.series)}"
+            )
+        series = item.series[relationship.target]
+        recipes = [
+            draw_recipe(key, relationship, context, prediction, series.size, seed)
+            for key, context, prediction in sampled_keys(relationship, sample, seed)
+        ]
+        items.append((relationship, series, recipes, None))
+    return items
+
+
+# ---- running ------------------------------------------------------------------------------
+def run(items: list[WorkItem], source: dict, jobs: int = 1, progress: bool = True) -> Diagnostics:
+    """Diagnose every work item (in ``jobs`` local processes) and summarise each target."""
+    from tqdm import tqdm
+
+    from whatif_bench.cluster import open_pool
+
+    report = Diagnostics(source=source)
+    frames = []
+    total = sum(len(recipes) for _, _, recipes, _ in items)
+    with (
+        open_pool(jobs) as pool,
+        tqdm(total=total, desc="diagnosing", unit="pair", disable=not progress) as bar,
+    ):
+        results = pool.ordered(diagnose_target, items)
+        for (relationship, _, recipes, _), (pairs, effects) in zip(items, results, strict=True):
+            frames.append(pairs)
+            key = (relationship.simulator, relationship.target)
+            report.history_effects[key] = effects
+            report.targets.append(summarise_target(relationship, pairs, effects))
+            bar.update(len(recipes))
+    if frames:
+        report.pairs = pd.concat(frames, ignore_index=True)
+    return report
+
+
+def diagnose_corpus(
+    path: str | os.PathLike, targets: Iterable[str] = (), jobs: int = 1, progress: bool = True
+) -> Diagnostics:
+    """The diagnostics of a corpus file (``targets``: ``NAME`` or ``SIMULATOR/NAME``; default
+    every target in the file)."""
+    from whatif_bench.generator.corpus import Corpus
+
+    with Corpus(path) as corpus:
+        items, source = corpus_work(corpus, targets)
+    return run(items, source, jobs, progress)
+
+
+def diagnose_relationships(
+    relationships: Sequence[Relationship],
+    baselines_path: str | os.PathLike | None = None,
+    sample: float = 1.0,
+    seed: int = 0,
+    progress: bool = True,
+    source: dict | None = None,
+    skip_unsimulated: bool = False,
+) -> Diagnostics:
+    """The diagnostics of ``relationships`` on pairs drawn in memory (default baselines: the
+    shipped ones; ``skip_unsimulated``: see ``spec_work``). Runs in this process, so user forms
+    loaded here are available."""
+    from whatif_bench.simulators.store import shipped_baselines_path
+
+    path = baselines_path or shipped_baselines_path()
+    items = spec_work(relationships, path, sample, seed, skip_unsimulated)
+    described = {
+        "kind": "spec",
+        "baselines": str(path),
+        "seed": seed,
+        "sample": sample,
+        **(source or {}),
+    }
+    return run(items, described, jobs=1, progress=progress)
+
+
+# ---- text ---------------------------------------------------------------------------------
+def _number(value, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}f}"
+
+
+def _share(value) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+TABLE_COLUMNS = (
+    ("target", "<", 40),
+    ("pairs", ">", 5),
+    ("pass", ">", 5),
+    ("drop h/r/n", ">", 11),
+    ("hist", ">", 6),
+    ("replay", ">", 6),
+    ("novel", ">", 6),
+    ("amp", ">", 5),
+    ("margin", ">", 6),
+    ("<0.1", ">", 5),
+    ("cover", ">", 5),
+    ("y=0", ">", 5),
+    ("bound", ">", 5),
+    ("flag", "<", 4),
+)
+
+
+def table_rows(report: Diagnostics) -> list[list[str]]:
+    """The cells of the printed table, one list per target (see ``format_table``)."""
+    rows = []
+    for t in report.targets:
+        dropped = t["dropped"]
+        rows.append(
+            [
+                f"{t['simulator']}/{t['target']}",
+                str(t["pairs"]),
+                _share(t["pass_rate"]),
+                f"{dropped['history']}/{dropped['replay']}/{dropped['novel']}",
+                _number(t["history_effect"]["p50"]),
+                _number(t["replay_effect"]["p50"]),
+                _number(t["novel_effect"]["p50"]),
+                _number(t["novel_amplification"]["p50"]),
+                _number(t["novel_margin"]["p50"], 3),
+                _share(t["margin_below_threshold"]),
+                _share(t["coverage"]),
+                _share(t["zero_baseline_share"]),
+                _share(t["at_bound_share"]),
+                {True: "FLAG", False: "", None: "-"}[t["flagged"]],
+            ]
+        )
+    return rows
+
+
+def format_table(report: Diagnostics) -> str:
+    """The per-target table, a legend and the flagged targets, as printed by the commands."""
+    rows = table_rows(report)
+    widths = [
+        max([width, len(name), *(len(row[i]) for row in rows)])
+        for i, (name, _, width) in enumerate(TABLE_COLUMNS)
+    ]
+
+    def line(cells) -> str:
+        return "  ".join(
+            f"{cell:{align}{width}}"
+            for cell, (_, align, _), width in zip(cells, TABLE_COLUMNS, widths, strict=True)
+        ).rstrip()
+
+    lines = [line([name for name, _, _ in TABLE_COLUMNS])]
+    lines += [line(row) for row in rows]
+    flagged = report.flagged()
+    legend = (
+        "pass: kept pairs; drop h/r/n: pairs dropped by a history, Replay or Novel event; "
+        "hist, replay, novel: median effect (mean |y'-y| / mean |y| over the event); amp: "
+        "median Novel effect / largest history effect (kept pairs); margin: median distance of "
+        "the Novel future from the nearest history response, over mean |y| (kept pairs); <0.1: "
+        f"kept pairs whose margin is below {MARGIN_THRESHOLD:g}; cover: the future event's mean "
+        "share of the prediction window; y=0, bound: event steps with a zero baseline, with the "
+        "target at a clip bound (-: no clip window). docs/DIAGNOSTICS.md defines each."
+    )
+    summary = f"{len(flagged)} of {len(report.targets)} targets flagged ({FLAG_RULE})"
+    if flagged:
+        summary += ": " + ", ".join(f"{t['simulator']}/{t['target']}" for t in flagged)
+    lines += ["", *textwrap.wrap(legend, 100), *textwrap.wrap(summary, 100)]
+    return "\n".join(lines)
+
+
+def targets_frame(report: Diagnostics) -> pd.DataFrame:
+    """``diagnostics.csv``: one row per target, nested values flattened (``history_effect_p50``);
+    an infinite number is ``inf``, a missing one an empty cell."""
+    rows = []
+    for summary in report.targets:
+        row: dict = {}
+        for key, value in summary.items():
+            if isinstance(value, dict):
+                row.update({f"{key}_{inner}": v for inner, v in value.items()})
+            elif isinstance(value, list):
+                row[key] = " ".join(f"{v:g}" for v in value)
+            else:
+                row[key] = value
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---- the output folder --------------------------------------------------------------------
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def check_out_folder(out: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()) -> Path:
+    """The absolute ``--out`` folder, refused before any work when unusable: an existing file,
+    a symbolic link, the root, one of ``inputs``, or a non-empty folder that is not an earlier
+    diagnostics report (one holding ``diagnostics.json``), which is never replaced."""
+    from whatif_bench.outputs import OutputError, check_output_path
+
+    path = Path(os.path.abspath(check_output_path(out, inputs=inputs, folder=True)))
+    if path.parent == path:
+        raise OutputError(f"{path}: cannot write to the root folder; give a folder inside it")
+    if path.is_symlink():
+        raise OutputError(f"{path}: is a symbolic link; give the folder itself")
+    if path.is_dir() and not (path / MARKER).is_file() and any(path.iterdir()):
+        raise OutputError(
+            f"{path}: not a diagnostics folder (no {MARKER}) and not empty; refusing to replace it"
+        )
+    return path
+
+
+def write_folder(
+    report: Diagnostics, out: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()
+) -> Path:
+    """Write the report's folder under a temporary name and rename it into place when complete
+    (an earlier report there is replaced only then): ``diagnostics.csv``, ``pairs.csv``,
+    ``plots/<simulator>.png``, ``plots/overview.png`` and, last, ``diagnostics.json``."""
+    from whatif_bench.generator.diagnostics_plot import plot_overview, plot_simulator
+    from whatif_bench.outputs import OutputError, _describe, output_lock, temporary_path
+
+    inputs = list(inputs)
+    path = check_out_folder(out, inputs)
+    with output_lock(path):
+        path = check_out_folder(out, inputs)
+        for stale in path.parent.glob(f".{path.name}.partial-*"):
+            _remove(stale)
+        for stale in path.parent.glob(f".{path.name}.old-*"):
+            _remove(stale)
+        tmp = temporary_path(path)
+        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        try:
+            (tmp / "plots").mkdir(parents=True)
+            targets_frame(report).to_csv(tmp / "diagnostics.csv", index=False)
+            report.pairs.to_csv(tmp / "pairs.csv", index=False)
+            for simulator in dict.fromkeys(t["simulator"] for t in report.targets):
+                plot_simulator(report, simulator, tmp / "plots" / f"{simulator}.png")
+            if report.targets:
+                plot_overview(report, tmp / "plots" / "overview.png")
+            text = json.dumps(report.as_dict(), indent=1, allow_nan=False) + "\n"
+            with open(tmp / MARKER, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if path.exists():
+                os.replace(path, old)
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise OutputError(_describe(exc, path)) from None
+        finally:
+            if tmp.exists():
+                _remove(tmp)
+            if old.exists() and path.exists():
+                _remove(old)
+            elif old.exists():  # the new folder could not be renamed in: put the old one back
+                with contextlib.suppress(OSError):
+                    os.replace(old, path)
+    return path

@@ -1,10 +1,10 @@
 """A training-data environment: an endless, seeded stream of fresh tasks apart from the benchmark.
 
 ``TaskStream(seed)`` yields verified tasks cut from training worlds (real simulator runs the
-benchmark never uses); ``whatif stream`` writes a counted stream as Parquet shards. With the
-``train`` extra, ``StreamDataset``/``CorpusDataset`` and ``collate_tasks`` feed PyTorch, and
-``ForecastEnv`` (``whatif/Forecast-v0``) is a one-step Gymnasium environment. See README,
-"Training forecasters".
+benchmark never uses); ``whatif stream`` writes a counted stream as Parquet or HDF5 shards
+(docs/STREAM_FORMAT.md). With the ``train`` extra, ``StreamDataset``/``CorpusDataset`` and
+``collate_tasks`` feed PyTorch, and ``ForecastEnv`` (``whatif/Forecast-v0``) is a one-step
+Gymnasium environment. See README, "Training forecasters".
 """
 
 from typing import TYPE_CHECKING

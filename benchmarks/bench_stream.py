@@ -18,7 +18,7 @@ Phases, each in its own process (so its peak RSS is its own), all on one seed:
 Per phase: tasks, wall seconds, tasks/s of wall time, CPU seconds (the process's and its
 workers'), tasks per CPU second (= per core: the machine is shared, so wall time depends on the
 load while CPU time mostly does not) and peak RSS. The reference phases make
-``--reference-share`` of the fast phases' tasks (it is some 20x slower). Every phase first makes
+``--reference-share`` of the fast phases' tasks (it is an order of magnitude slower). Every phase first makes
 one task outside the timed range, so world loading and numba's compilation are not timed.
 The stream draws from the training worlds of ``--simulators`` (built and cached on first use)
 unless ``--benchmark-worlds``. Nothing here asserts a time.

@@ -14,6 +14,7 @@ from whatif_bench._lazy import lazy_exports
 if TYPE_CHECKING:
     from whatif_bench.stream.distribution import AxisDistribution, DistributionError
     from whatif_bench.stream.gym_env import ENV_ID, EnvError, ForecastEnv, register_envs
+    from whatif_bench.stream.h5shard import read_shard
     from whatif_bench.stream.items import task_item
     from whatif_bench.stream.seeding import SeedError, resolve_seed
     from whatif_bench.stream.shards import write_shards
@@ -29,6 +30,7 @@ _EXPORTS = {
     "EnvError": "whatif_bench.stream.gym_env",
     "ForecastEnv": "whatif_bench.stream.gym_env",
     "register_envs": "whatif_bench.stream.gym_env",
+    "read_shard": "whatif_bench.stream.h5shard",
     "task_item": "whatif_bench.stream.items",
     "SeedError": "whatif_bench.stream.seeding",
     "resolve_seed": "whatif_bench.stream.seeding",
@@ -59,6 +61,7 @@ __all__ = [
     "TaskStream",
     "WorldSource",
     "collate_tasks",
+    "read_shard",
     "register_envs",
     "resolve_seed",
     "task_item",

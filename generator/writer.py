@@ -18,7 +18,7 @@ import numpy as np
 
 from whatif_bench._version import __version__
 from whatif_bench.generator import axes
-from whatif_bench.generator.sweep import GenerationError, PairResult
+from whatif_bench.generator.types import GenerationError, PairResult
 from whatif_bench.h5write import GuardedFile
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
 from whatif_bench.relationships.registry import builtin_spec_texts

@@ -20,10 +20,14 @@ import pandas as pd
 
 from whatif_bench.errors import WhatIfError
 from whatif_bench.generator.axes import FUTURES, HistoryLayout
+from whatif_bench.generator.fileformat import (
+    DATA_DATASETS,
+    FORMAT,
+    FORMAT_VERSION,
+    READABLE_VERSIONS,
+)
 from whatif_bench.generator.recipe import PairKey, Recipe
 
-FORMAT = "whatif-corpus"
-DATA_DATASETS = ("history_target", "history_covariates", "future_target", "future_covariates")
 PAIR_COLUMNS = (
     "pair_id",
     "simulator",
@@ -179,12 +183,42 @@ class Corpus:
         """Format, completeness and layout of a newly opened file; returns its index."""
         if self._h5.attrs.get("format") != FORMAT:
             raise CorpusError(f"{self.path}: not a WhatIf-Bench corpus")
+        self._check_version()
         if not bool(self._h5.attrs.get("complete", False)):
             raise CorpusError(
                 f"{self.path}: incomplete corpus (an interrupted run?); generate it again"
             )
         self._check_layout()
         return self._read_index()
+
+    def _check_version(self) -> None:
+        """The file's ``format_version`` is one this reader reads (``READABLE_VERSIONS``)."""
+        readable = " or ".join(str(v) for v in READABLE_VERSIONS)
+        if "format_version" not in self._h5.attrs:
+            raise CorpusError(
+                f"{self.path}: corpus without a format version (file attribute 'format_version'); "
+                f"this toolkit reads format version {readable}"
+            )
+        version = self._h5.attrs["format_version"]
+        if (
+            isinstance(version, np.integer | int)
+            and not isinstance(version, bool | np.bool_)
+            and int(version) in READABLE_VERSIONS
+        ):
+            return
+        shown = version.item() if isinstance(version, np.generic) else version
+        if isinstance(shown, bytes):
+            shown = shown.decode(errors="replace")
+        newer = isinstance(shown, int) and shown > FORMAT_VERSION
+        hint = (
+            "; a newer whatif-bench wrote it: upgrade the toolkit, or generate the corpus again"
+            if newer
+            else "; generate the corpus again"
+        )
+        raise CorpusError(
+            f"{self.path}: corpus format version {shown!r}, but this toolkit reads format "
+            f"version {readable}{hint}"
+        )
 
     def _check_layout(self) -> None:
         """Every group, dataset and attribute the reader needs exists (names only: cheap)."""

@@ -26,6 +26,7 @@ from whatif_bench.generator.corpus import Task, recipe_record
 from whatif_bench.generator.materialise import STORE_DTYPE
 from whatif_bench.generator.recipe import PairKey, draw_recipe_from
 from whatif_bench.generator.sweep import build_pair, check_finite
+from whatif_bench.generator.verification import RULE
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.stream.distribution import (
     CANONICAL,
@@ -244,7 +245,7 @@ class TaskStream:
             self.stats.kept += 1
             return _task(entry, result, future, slot, self.seed)
         raise StreamError(
-            f"slot {slot}: {self.max_attempts} draws in a row failed the 10 % rule; "
+            f"slot {slot}: {self.max_attempts} draws in a row failed the {RULE}; "
             "the distribution hardly ever makes a visible event (raise max_attempts or widen it)"
         )
 

@@ -525,14 +525,18 @@ def _run_evaluation(
                 todo.append((index, chunk, pending))
         bar = tqdm(total=len(todo), desc="evaluating", unit="chunk", disable=not progress)
         if pool.distributed:  # read here, a few chunks ahead of the workers
-            calls = (
-                (corpus.task_inputs(chunk, units), corpus.ground_truths(chunk), [m for m, _ in p])
-                for _, chunk, p in todo
+            results = pool.ordered(
+                _score_tasks,
+                (
+                    (corpus.task_inputs(c, units), corpus.ground_truths(c), [m for m, _ in p])
+                    for _, c, p in todo
+                ),
             )
-            results = pool.ordered(_score_tasks, calls)
         else:  # each worker process opens the corpus once (_corpus_reader)
-            calls = ((str(corpus_path), identity, chunk, [m for m, _ in p]) for _, chunk, p in todo)
-            results = pool.ordered(_score_chunk, calls)
+            results = pool.ordered(
+                _score_chunk,
+                ((str(corpus_path), identity, c, [m for m, _ in p]) for _, c, p in todo),
+            )
         for (index, _, pending), frames in zip(todo, results, strict=True):
             for (_, label), frame in zip(pending, frames, strict=True):
                 _write_chunk(frame, folders[label] / _chunk_name(index))

@@ -9,6 +9,8 @@ first forecast step, so padding puts zeros *before* a history and *after* a futu
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from whatif_bench.generator.axes import E_SETTINGS, FUTURES
@@ -74,7 +76,7 @@ def task_item(task: Task, index: int) -> dict:
         target's), ``future``, ``c_label``, ``e_setting``, ``world``, ``start`` (ISO time of the
         first history step); ``covariates``, the K covariate names.
     """
-    item = {
+    item: dict[str, Any] = {
         name: np.ascontiguousarray(getattr(task, name), dtype=ITEM_DTYPE)
         for name in (*HISTORY_ARRAYS, *FUTURE_ARRAYS)
     }

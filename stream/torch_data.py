@@ -282,7 +282,7 @@ def collate_tasks(
         out = batch[name].numpy()
         for row, item in enumerate(items):
             place_future(out[row], item[name])
-    masks = {
+    masks: dict[str, tuple[int, ...]] = {
         "history_mask": (size, context_max),
         "future_mask": (size, horizon_max),
         "covariate_mask": (size, k_max),

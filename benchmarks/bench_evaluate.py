@@ -2,8 +2,9 @@
 
     python benchmarks/bench_evaluate.py [--corpus FILE] [--tasks 300]
 
-Builds the default corpus first when no file is given. Times ``predict`` alone (tasks are read
-beforehand) on one core, and the scoring of the forecasts, for each baseline.
+Builds the default corpus first when no file is given. Times reading the tasks (whole, and as
+``evaluate`` reads them: model inputs and truths), ``predict`` alone (tasks are read beforehand)
+on one core, and the scoring of the forecasts, for each baseline.
 """
 
 from __future__ import annotations
@@ -36,13 +37,18 @@ def main() -> None:
     with Corpus(path) as corpus:
         frame = corpus.tasks_frame()
         sample = select_tasks(frame, min(1.0, args.tasks / len(frame)), seed=0)
+        ids = sample["task_id"].tolist()
         started = time.perf_counter()
-        tasks = [corpus[task_id] for task_id in sample["task_id"]]
+        tasks = [corpus[task_id] for task_id in ids]
         read = (time.perf_counter() - started) / len(tasks)
+        started = time.perf_counter()
+        corpus.task_inputs(ids), corpus.ground_truths(ids)  # what evaluate reads
+        read_parts = (time.perf_counter() - started) / len(tasks)
     inputs = [TaskInput.from_task(t) for t in tasks]
     mean_context = np.mean([t.context_length for t in tasks])
     print(
-        f"{len(tasks)} tasks (mean context {mean_context:,.0f} steps); reading {read * 1e3:.2f} ms/task"
+        f"{len(tasks)} tasks (mean context {mean_context:,.0f} steps); reading {read * 1e3:.2f} "
+        f"ms/task as full tasks, {read_parts * 1e3:.2f} ms/task as model inputs and truths"
     )
     print(f"{'model':<15} {'s/task':>10} {'tasks/s':>9} {'scoring ms/task':>16}")
     for name in BASELINES:

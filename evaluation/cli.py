@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -58,42 +56,14 @@ def add_arguments(subparsers) -> None:
     parser.set_defaults(handler=_evaluate)
 
 
-def _import_module(spec: str, where: str):
-    """The module ``where`` (a .py file or a dotted name); any failure is a ``ModelError``."""
-    from whatif_bench.evaluation.forecasters import ModelError
-
-    try:
-        if where.endswith(".py"):
-            path = Path(where)
-            if not path.is_file():
-                raise ModelError(f"model {spec!r}: file {where} not found")
-            module_spec = importlib.util.spec_from_file_location(path.stem, path)
-            if module_spec is None or module_spec.loader is None:
-                raise ModelError(f"model {spec!r}: {where} cannot be loaded as a Python module")
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-            return module
-        return importlib.import_module(where)
-    except ModelError:
-        raise
-    except SyntaxError as exc:
-        raise ModelError(
-            f"model {spec!r}: syntax error in {exc.filename or where} line {exc.lineno}: {exc.msg}"
-        ) from None
-    except ModuleNotFoundError as exc:
-        raise ModelError(f"model {spec!r}: cannot import {where} ({exc})") from None
-    except Exception as exc:
-        raise ModelError(
-            f"model {spec!r}: importing {where} raised {type(exc).__name__}: {exc}"
-        ) from None
-
-
 def load_model(spec: str):
     """A baseline name, or ``path/to/file.py:Class`` / ``package.module:Class`` (instantiated).
 
     Any failure (unknown name, missing file, import error, missing class, a constructor that
-    raises) is one ``ModelError`` naming ``spec``."""
+    raises) is one ``ModelError`` naming ``spec``; the module is loaded by
+    ``whatif_bench.usercode``, as form modules are, with the same errors."""
     from whatif_bench.evaluation.forecasters import BASELINES, ModelError
+    from whatif_bench.usercode import describe_exception, load_attribute
 
     if ":" not in spec:
         if spec not in BASELINES:
@@ -105,17 +75,12 @@ def load_model(spec: str):
     where, _, name = spec.rpartition(":")
     if not where or not name:
         raise ModelError(f"model {spec!r}: expected FILE.py:Class or module:Class")
-    module = _import_module(spec, where)
-    factory = getattr(module, name, None)
-    if factory is None:
-        raise ModelError(f"model {spec!r}: {where} has no class {name!r}")
-    if not callable(factory):
-        raise ModelError(f"model {spec!r}: {where}.{name} is not a class")
+    factory = load_attribute(where, name, f"model {spec!r}", ModelError, kind="class")
     try:
         return factory()
     except Exception as exc:
         raise ModelError(
-            f"model {spec!r}: creating {name}() raised {type(exc).__name__}: {exc}"
+            f"model {spec!r}: creating {name}() raised {describe_exception(exc)}"
         ) from None
 
 

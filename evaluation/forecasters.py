@@ -21,104 +21,20 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-import pandas as pd
 
 from whatif_bench._version import __version__
 from whatif_bench.errors import WhatIfError
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
 
+# What a model may see, defined with the corpus's Task (generator/task.py); importable from here
+# too, as the forecaster interface has always named it.
+from whatif_bench.generator.task import TaskInput as TaskInput
+from whatif_bench.generator.task import frequency_alias as frequency_alias
+from whatif_bench.generator.task import utc_naive as utc_naive
+
 
 class ModelError(WhatIfError, ValueError):
     """A model cannot be used: unknown baseline name, bad name, no ``predict``."""
-
-
-# step lengths in seconds and their pandas aliases, largest first (see ``frequency_alias``)
-_FREQ_UNITS = ((86400, "D"), (3600, "h"), (60, "min"), (1, "s"))
-
-
-def frequency_alias(interval_s: int) -> str:
-    """The pandas frequency alias of a step of ``interval_s`` seconds, always with a count:
-    ``300`` -> ``"5min"``, ``60`` -> ``"1min"``, ``3600`` -> ``"1h"``, ``90`` -> ``"90s"``.
-
-    GluonTS wants the count (``"1min"``, not the ``"min"`` pandas infers); the alias is built
-    here rather than by pandas so it is the same under pandas 2 and 3."""
-    if isinstance(interval_s, bool) or int(interval_s) != interval_s or interval_s <= 0:
-        raise ValueError(
-            f"interval_s must be a positive whole number of seconds, got {interval_s!r}"
-        )
-    seconds = int(interval_s)
-    for size, unit in _FREQ_UNITS:
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    raise AssertionError("unreachable: every whole number of seconds is a count of 's'")
-
-
-def utc_naive(moment: pd.Timestamp) -> pd.Timestamp:
-    """A time without a zone: zoned times (OpenDC's trace start) are converted to UTC first."""
-    if moment.tzinfo is not None:
-        return moment.tz_convert("UTC").tz_localize(None)
-    return moment
-
-
-@dataclass(frozen=True)
-class TaskInput:
-    """What a model may see: the history and the future covariates (the what-if scenario).
-
-    The arrays are all a model needs; the other fields describe the task for models that use
-    calendars, names or units (foundation models, GluonTS). They have defaults, so a
-    ``TaskInput`` of arrays alone is still valid; ``evaluate`` fills them all.
-    """
-
-    history_target: np.ndarray  # (C,)
-    history_covariates: np.ndarray  # (K, C)
-    future_covariates: np.ndarray  # (K, H)
-    task_id: str = ""
-    start: pd.Timestamp | None = None  # time of the first history step
-    freq: str = ""  # pandas alias of the step, e.g. "5min" (see frequency_alias)
-    interval_s: int = 0  # the step in seconds
-    covariate_names: tuple[str, ...] = ()  # (K,)
-    covariate_units: tuple[str, ...] = ()  # (K,); "" where unknown
-    target_name: str = ""
-    target_unit: str = ""
-
-    @property
-    def prediction_length(self) -> int:
-        return int(self.future_covariates.shape[1])
-
-    @property
-    def context_length(self) -> int:
-        return int(self.history_target.shape[0])
-
-    def timestamps(self) -> pd.DatetimeIndex:
-        """Time of every step, history then future, shape (C + H,)."""
-        if self.start is None or not self.interval_s:
-            raise ValueError("this task input has no start or interval")
-        return pd.date_range(
-            self.start,
-            periods=self.context_length + self.prediction_length,
-            freq=pd.Timedelta(seconds=self.interval_s),
-        )
-
-    @classmethod
-    def from_task(cls, task, covariate_units: dict[str, str] | None = None) -> TaskInput:
-        """The model's view of a corpus ``Task``: its arrays and description, not the truth.
-
-        ``covariate_units`` maps covariate names to units (the corpus stores only the target's);
-        names it lacks get ``""``."""
-        units = covariate_units or {}
-        return cls(
-            history_target=task.history_target,
-            history_covariates=task.history_covariates,
-            future_covariates=task.future_covariates,
-            task_id=task.task_id,
-            start=utc_naive(task.start),
-            freq=frequency_alias(task.interval_s),
-            interval_s=int(task.interval_s),
-            covariate_names=tuple(task.covariates),
-            covariate_units=tuple(units.get(name, "") for name in task.covariates),
-            target_name=task.target,
-            target_unit=task.units.get(task.target, ""),
-        )
 
 
 @dataclass(frozen=True)

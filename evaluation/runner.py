@@ -21,9 +21,11 @@ import hashlib
 import json
 import math
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -47,6 +49,9 @@ from whatif_bench.outputs import (
     safe_name,
     write_text_atomic,
 )
+
+if TYPE_CHECKING:
+    from whatif_bench.generator.corpus import Corpus
 
 CHUNK = 256
 STRATA = ["simulator", "future", "k", "c_label", "event_length", "e_setting"]
@@ -212,46 +217,96 @@ def _score_forecast(truth: np.ndarray, forecast) -> dict[str, float] | str:
     return metrics
 
 
-def _score_chunk(
-    corpus_path: str, task_ids: list[str], models: list[Forecaster | str]
-) -> list[pd.DataFrame]:
-    """Forecast and score one chunk of tasks with several models; reads the tasks once.
+def _file_identity(path: str | os.PathLike) -> tuple[int, int, int, int]:
+    """What tells one corpus file from another at the same path: device, inode, size and
+    modification time (a regenerated corpus is renamed into place: a new inode)."""
+    stat = os.stat(path)
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
-    Each frame has task_id, model, wql, wape and failed (the reason, empty when scored)."""
+
+# This thread's open corpus: (path, identity, reader, covariate units), or absent. A worker
+# process opens the corpus once, for its first chunk, and keeps it for the next ones.
+_open_corpus = threading.local()
+
+
+def _corpus_reader(path: str, identity: tuple | None = None) -> tuple[Corpus, dict, tuple]:
+    """The open reader of the corpus ``path``, its covariate units (see ``covariate_units``) and
+    the file's identity (``_file_identity``); opened on first use in this process (thread) and
+    kept for the next chunks.
+
+    ``identity`` is the file's identity when the evaluation started (None: whatever is there
+    now). A reader already open goes on reading the file it opened; opening a file that has
+    changed since (regenerated in the meantime) or gone is an ``EvaluationError``."""
     from whatif_bench.generator.corpus import Corpus
 
-    with Corpus(corpus_path) as corpus:
-        tasks = [corpus[task_id] for task_id in task_ids]
+    cached = getattr(_open_corpus, "value", None)
+    if identity is not None and cached is not None and cached[:2] == (path, identity):
+        return cached[2], cached[3], identity
+    close_corpus_reader()
+    if identity is not None:
+        try:
+            found = _file_identity(path)
+        except OSError:
+            found = None
+        if found != identity:
+            raise EvaluationError(
+                f"{path}: the corpus changed (or went away) while it was being evaluated; run "
+                "the evaluation again"
+            )
+    corpus = Corpus(path)  # a CorpusError says why a file cannot be read
+    try:
+        identity = identity or _file_identity(path)
         units = covariate_units(corpus.attrs)
-    return _score_tasks(units, tasks, models)
+    except BaseException:
+        corpus.close()
+        raise
+    _open_corpus.value = (path, identity, corpus, units)
+    return corpus, units, identity
+
+
+def close_corpus_reader() -> None:
+    """Close this thread's open corpus reader, if any."""
+    cached = getattr(_open_corpus, "value", None)
+    _open_corpus.value = None
+    if cached is not None:
+        cached[2].close()
+
+
+def _score_chunk(
+    corpus_path: str, identity: tuple, task_ids: list[str], models: list[Forecaster | str]
+) -> list[pd.DataFrame]:
+    """Forecast and score one chunk of tasks with several models, reading from this process's
+    open corpus only what the models see and the truth the metrics need.
+
+    Each frame has task_id, model, wql, wape and failed (the reason, empty when scored)."""
+    corpus, units, _ = _corpus_reader(corpus_path, identity)
+    return _score_tasks(corpus.task_inputs(task_ids, units), corpus.ground_truths(task_ids), models)
 
 
 def _score_tasks(
-    units: dict[tuple[str, str], dict[str, str]], tasks: list, models: list[Forecaster | str]
+    inputs: list[TaskInput], truths: list[np.ndarray], models: list[Forecaster | str]
 ) -> list[pd.DataFrame]:
-    """``_score_chunk`` on tasks already read (a dask worker may not see the corpus file);
-    ``units`` are the covariate units by (simulator, target), as ``covariate_units`` gives."""
-    inputs = [TaskInput.from_task(t, units.get((t.simulator, t.target))) for t in tasks]
+    """``_score_chunk`` on tasks already read (a dask worker may not see the corpus file):
+    each model sees ``inputs``; ``truths`` (the future targets, (H,) each) only the metrics."""
+    ids = [given.task_id for given in inputs]
     frames = []
     for model in models:
         forecaster = make_forecaster(model) if isinstance(model, str) else model
-        forecasts = _predict(forecaster, inputs)
+        forecasts = _predict(forecaster, list(inputs))  # a copy: the model may change its list
         rows = []
-        for index, task in enumerate(tasks):
+        for index, (task_id, truth) in enumerate(zip(ids, truths, strict=True)):
             result: dict[str, float] | str | None = (
                 forecasts if isinstance(forecasts, str) else None
             )
             if result is None:
                 try:
-                    result = _score_forecast(
-                        task.future_target.astype(np.float64), forecasts[index]
-                    )
+                    result = _score_forecast(truth.astype(np.float64), forecasts[index])
                 except Exception as exc:
                     result = _one_line(f"scoring raised {type(exc).__name__}: {exc}")
             failed = result if isinstance(result, str) else ""
             metrics = result if isinstance(result, dict) else {"wql": np.nan, "wape": np.nan}
             label = _model_label(model)
-            rows.append({"task_id": task.task_id, "model": label, **metrics, "failed": failed})
+            rows.append({"task_id": task_id, "model": label, **metrics, "failed": failed})
         frames.append(pd.DataFrame(rows, columns=CHUNK_COLUMNS))
     return frames
 
@@ -385,8 +440,10 @@ def evaluate(
     they are also in ``result.notes``. Model failures do not raise: see ``result.failures``.
     ``cluster`` (a ``whatif_bench.cluster.DaskCluster`` or a connected ``distributed.Client``)
     scores the chunks on a dask cluster instead of ``jobs`` local processes: it is connected
-    before ``out`` is created; this process reads the tasks and sends them with each chunk, so
-    the workers need no access to the corpus file. The results are the same either way.
+    before ``out`` is created; this process reads the tasks' inputs and truths and sends them
+    with each chunk, so the workers need no access to the corpus file. Local worker processes
+    open the corpus once each and read only the inputs and truths of their chunks. The results
+    are the same either way.
     """
     from whatif_bench.cluster import open_pool
 
@@ -413,7 +470,6 @@ def _run_evaluation(
     from tqdm import tqdm
 
     from whatif_bench.evaluation.report import write_reports
-    from whatif_bench.generator.corpus import Corpus
 
     out = check_out_folder(out, corpus_path)
     corpus_path = Path(corpus_path)
@@ -424,9 +480,11 @@ def _run_evaluation(
         if log is not None:
             log(message)
 
-    with _lock_folder(out):
-        with Corpus(corpus_path) as corpus:
-            frame, attrs = corpus.tasks_frame(), corpus.attrs
+    with _lock_folder(out), contextlib.ExitStack() as stack:
+        # this process's reader: the index here, and the chunks when they run in this process
+        stack.callback(close_corpus_reader)
+        corpus, units, identity = _corpus_reader(str(corpus_path))
+        frame, attrs = corpus.tasks_frame(), corpus.attrs
         if frame.empty:
             raise EvaluationError(f"{corpus_path} holds no tasks")
         tasks = select_tasks(frame, subset, seed)
@@ -466,25 +524,24 @@ def _run_evaluation(
             if pending:
                 todo.append((index, chunk, pending))
         bar = tqdm(total=len(todo), desc="evaluating", unit="chunk", disable=not progress)
-        with contextlib.ExitStack() as stack:
-            if pool.distributed:  # read here, a few chunks ahead of the workers
-                corpus = stack.enter_context(Corpus(corpus_path))
-                task_calls = (
-                    ([corpus[task_id] for task_id in chunk], [m for m, _ in pending])
-                    for _, chunk, pending in todo
-                )
-                units = covariate_units(corpus.attrs)
-                results = pool.ordered(_score_tasks, task_calls, shared=(units,))
-            else:
-                chunk_calls = (
-                    (str(corpus_path), chunk, [m for m, _ in pending]) for _, chunk, pending in todo
-                )
-                results = pool.ordered(_score_chunk, chunk_calls)
-            for (index, _, pending), frames in zip(todo, results, strict=True):
-                for (_, label), frame in zip(pending, frames, strict=True):
-                    _write_chunk(frame, folders[label] / _chunk_name(index))
-                    done[label, index] = frame
-                bar.update()
+        if pool.distributed:  # read here, a few chunks ahead of the workers
+            results = pool.ordered(
+                _score_tasks,
+                (
+                    (corpus.task_inputs(c, units), corpus.ground_truths(c), [m for m, _ in p])
+                    for _, c, p in todo
+                ),
+            )
+        else:  # each worker process opens the corpus once (_corpus_reader)
+            results = pool.ordered(
+                _score_chunk,
+                ((str(corpus_path), identity, c, [m for m, _ in p]) for _, c, p in todo),
+            )
+        for (index, _, pending), frames in zip(todo, results, strict=True):
+            for (_, label), frame in zip(pending, frames, strict=True):
+                _write_chunk(frame, folders[label] / _chunk_name(index))
+                done[label, index] = frame
+            bar.update()
         bar.close()
 
         parts = [done[label, index] for label in labels for index in range(len(chunks))]

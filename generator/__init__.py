@@ -13,14 +13,15 @@ from whatif_bench._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from whatif_bench.generator.corpus import Corpus, Task
-    from whatif_bench.generator.sweep import GenerationConfig, generate
+    from whatif_bench.generator.sweep import generate
+    from whatif_bench.generator.types import GenerationConfig
 
 # Imported on first use (see whatif_bench._lazy): the command line reads this package's
 # argument parsing without loading numpy, numba, h5py or pandas.
 _EXPORTS = {
     "Corpus": "whatif_bench.generator.corpus",
     "Task": "whatif_bench.generator.corpus",
-    "GenerationConfig": "whatif_bench.generator.sweep",
+    "GenerationConfig": "whatif_bench.generator.types",
     "generate": "whatif_bench.generator.sweep",
 }
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -22,10 +22,12 @@ import numpy as np
 
 from whatif_bench.errors import WhatIfError
 from whatif_bench.generator.axes import contexts
-from whatif_bench.generator.corpus import DATA_DATASETS, REQUIRED, Corpus
+from whatif_bench.generator.corpus import REQUIRED, Corpus
+from whatif_bench.generator.fileformat import DATA_DATASETS, FORMAT_VERSION
 from whatif_bench.generator.recipe import draw_recipe
 from whatif_bench.generator.sweep import build_pair
-from whatif_bench.generator.writer import FORMAT_VERSION, axes_description, registry_hash
+from whatif_bench.generator.verification import RULE, THRESHOLD
+from whatif_bench.generator.writer import axes_description, registry_hash
 from whatif_bench.relationships.registry import load_registry
 from whatif_bench.simulators.store import combine_hashes, read_baselines, series_hash
 
@@ -349,9 +351,9 @@ def _verify(
             if rebuilt.kept:
                 if (
                     min(rebuilt.history_ratios.min(), rebuilt.replay_ratio, rebuilt.novel_ratio)
-                    < 0.10
+                    < THRESHOLD
                 ):
-                    report.problems.append(f"{pair_id}: a kept pair fails the 10 % rule")
+                    report.problems.append(f"{pair_id}: a kept pair fails the {RULE}")
                 for name, values in rebuilt.arrays.items():
                     offset = int(row[f"{name}_offset"])
                     stored_values = corpus._slice(name, offset, values.size)

@@ -11,8 +11,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +20,15 @@ import pandas as pd
 
 from whatif_bench.errors import WhatIfError
 from whatif_bench.generator.axes import FUTURES, HistoryLayout
+from whatif_bench.generator.fileformat import (
+    DATA_DATASETS,
+    FORMAT,
+    FORMAT_VERSION,
+    READABLE_VERSIONS,
+)
 from whatif_bench.generator.recipe import PairKey, Recipe
+from whatif_bench.generator.task import Task, TaskInput, window_start_time
 
-FORMAT = "whatif-corpus"
-DATA_DATASETS = ("history_target", "history_covariates", "future_target", "future_covariates")
 PAIR_COLUMNS = (
     "pair_id",
     "simulator",
@@ -81,62 +85,6 @@ class CorpusError(WhatIfError):
     """A corpus file is missing, incomplete, of another format, or damaged."""
 
 
-@dataclass(frozen=True)
-class Task:
-    """One forecasting task: what a model sees, the truth, and how it was made."""
-
-    task_id: str
-    future: str
-    simulator: str
-    target: str
-    k: int
-    c_label: str
-    event_length: int
-    e_setting: str
-    covariates: tuple[str, ...]
-    units: dict[str, str]
-    interval_s: int
-    baseline_start: str  # ISO time of the baseline's first step
-    start_step: int  # window start within the baseline series
-    history_target: np.ndarray  # (C,)
-    history_covariates: np.ndarray  # (K, C)
-    future_covariates: np.ndarray  # (K, H) the what-if scenario
-    future_target: np.ndarray  # (H,) ground truth under the scenario
-    counterfactual_history: np.ndarray  # (C,) the target without any event
-    counterfactual_future: np.ndarray  # (H,)
-    recipe: dict = field(repr=False)
-    world: str = "benchmark"  # the baselines the window was cut from (see whatif_bench.stream)
-
-    @property
-    def context_length(self) -> int:
-        return int(self.history_target.size)
-
-    @property
-    def prediction_length(self) -> int:
-        return int(self.future_target.size)
-
-    @property
-    def start(self) -> pd.Timestamp:
-        """Time of the first history step: the baseline's start + ``start_step`` intervals."""
-        return _baseline_time(self.baseline_start) + pd.Timedelta(
-            seconds=self.start_step * self.interval_s
-        )
-
-    def timestamps(self) -> pd.DatetimeIndex:
-        """Timestamps of the whole window (history, then future)."""
-        return pd.date_range(
-            self.start,
-            periods=self.context_length + self.prediction_length,
-            freq=pd.Timedelta(seconds=self.interval_s),
-        )
-
-
-@functools.lru_cache(maxsize=256)
-def _baseline_time(text: str) -> pd.Timestamp:
-    """A baseline's start, parsed once per distinct text (a stream asks for it per task)."""
-    return pd.Timestamp(text)
-
-
 class Corpus:
     """A corpus file, or a filtered view of one."""
 
@@ -177,6 +125,7 @@ class Corpus:
         self._baselines: dict[tuple[str, str], np.ndarray] = {}
         self._datasets: dict[str, tuple[Any, int]] = {}  # name -> (dataset, length)
         self._infos: dict[tuple[str, str], dict] = {}
+        self._columns: dict[str, np.ndarray] = {}  # pair columns as numpy (task_inputs)
 
     # ---- layout ----------------------------------------------------------------------
     def _damaged(self, what: str) -> CorpusError:
@@ -186,12 +135,42 @@ class Corpus:
         """Format, completeness and layout of a newly opened file; returns its index."""
         if self._h5.attrs.get("format") != FORMAT:
             raise CorpusError(f"{self.path}: not a WhatIf-Bench corpus")
+        self._check_version()
         if not bool(self._h5.attrs.get("complete", False)):
             raise CorpusError(
                 f"{self.path}: incomplete corpus (an interrupted run?); generate it again"
             )
         self._check_layout()
         return self._read_index()
+
+    def _check_version(self) -> None:
+        """The file's ``format_version`` is one this reader reads (``READABLE_VERSIONS``)."""
+        readable = " or ".join(str(v) for v in READABLE_VERSIONS)
+        if "format_version" not in self._h5.attrs:
+            raise CorpusError(
+                f"{self.path}: corpus without a format version (file attribute 'format_version'); "
+                f"this toolkit reads format version {readable}"
+            )
+        version = self._h5.attrs["format_version"]
+        if (
+            isinstance(version, np.integer | int)
+            and not isinstance(version, bool | np.bool_)
+            and int(version) in READABLE_VERSIONS
+        ):
+            return
+        shown = version.item() if isinstance(version, np.generic) else version
+        if isinstance(shown, bytes):
+            shown = shown.decode(errors="replace")
+        newer = isinstance(shown, int) and shown > FORMAT_VERSION
+        hint = (
+            "; a newer whatif-bench wrote it: upgrade the toolkit, or generate the corpus again"
+            if newer
+            else "; generate the corpus again"
+        )
+        raise CorpusError(
+            f"{self.path}: corpus format version {shown!r}, but this toolkit reads format "
+            f"version {readable}{hint}"
+        )
 
     def _check_layout(self) -> None:
         """Every group, dataset and attribute the reader needs exists (names only: cheap)."""
@@ -326,6 +305,95 @@ class Corpus:
             raise KeyError(f"task {task_id!r} was dropped by verification ({row['drop_reason']})")
         return self._task(row, future)
 
+    # ---- what a model may see, and the truth (fev's get_input_data / get_ground_truth) -----
+    def task_inputs(
+        self,
+        task_ids: Sequence[str],
+        covariate_units: dict[tuple[str, str], dict[str, str]] | None = None,
+    ) -> list[TaskInput]:
+        """``[self[i].input_data(units) for i in task_ids]``, read without the ground truth,
+        the counterfactual or the recipe.
+
+        ``covariate_units`` maps (simulator, target) to the units of its covariates by name
+        (the file stores only the target's; see ``evaluation.runner.covariate_units``).
+        An unknown or dropped task is a ``KeyError``, as ``corpus[task_id]`` raises."""
+        places = self._locate(task_ids)
+        columns = self._pair_columns()
+        names = ("history_target", "history_covariates", "future_covariates")
+        offsets: dict[str, list[int]] = {name: [] for name in names}
+        sizes: dict[str, list[int]] = {name: [] for name in names}
+        shapes = []  # (K, C, H) of each task
+        for row, future in places:
+            k, context = int(columns["k"][row]), int(columns["context"][row])
+            prediction = int(columns["prediction"][row])
+            shapes.append((k, context, prediction))
+            for name, offset, size in (
+                ("history_target", 0, context),
+                ("history_covariates", 0, k * context),
+                ("future_covariates", future * k * prediction, k * prediction),
+            ):
+                offsets[name].append(int(columns[f"{name}_offset"][row]) + offset)
+                sizes[name].append(size)
+        arrays = {name: self._slices(name, offsets[name], sizes[name]) for name in names}
+        units = covariate_units or {}
+        inputs = []
+        for index, (task_id, (row, _)) in enumerate(zip(task_ids, places, strict=True)):
+            simulator, target = str(columns["simulator"][row]), str(columns["target"][row])
+            k, context, prediction = shapes[index]
+            info = self._target_info(simulator, target)
+            summary = self._relationship_summary(simulator, target)
+            inputs.append(
+                TaskInput.from_parts(
+                    arrays["history_target"][index],
+                    arrays["history_covariates"][index].reshape(k, context),
+                    arrays["future_covariates"][index].reshape(k, prediction),
+                    task_id=task_id,
+                    start=window_start_time(
+                        info["start"], int(columns["window_start"][row]), info["interval_s"]
+                    ),
+                    interval_s=info["interval_s"],
+                    covariates=tuple(summary["covariates"][:k]),
+                    covariate_units=units.get((simulator, target)),
+                    target=target,
+                    target_unit=info["unit"],
+                )
+            )
+        return inputs
+
+    def ground_truths(self, task_ids: Sequence[str]) -> list[np.ndarray]:
+        """``[self[i].ground_truth() for i in task_ids]``: each task's future target (H,)
+        float32, read alone."""
+        columns = self._pair_columns()
+        offsets, sizes = [], []
+        for row, future in self._locate(task_ids):
+            prediction = int(columns["prediction"][row])
+            offsets.append(int(columns["future_target_offset"][row]) + future * prediction)
+            sizes.append(prediction)
+        return self._slices("future_target", offsets, sizes)
+
+    def _locate(self, task_ids: Sequence[str]) -> list[tuple[int, int]]:
+        """(row of ``pairs``, index of the future in ``FUTURES``) of each task id."""
+        kept = self._pair_columns()["kept"]
+        places = []
+        for task_id in task_ids:
+            pair_id, _, future = task_id.rpartition("/")
+            if future not in self.futures or pair_id not in self._rows:
+                raise KeyError(f"no task {task_id!r} in this corpus view")
+            row = self._rows[pair_id]
+            if not kept[row]:
+                reason = self.pairs["drop_reason"].iloc[row]
+                raise KeyError(f"task {task_id!r} was dropped by verification ({reason})")
+            places.append((row, FUTURES.index(future)))
+        return places
+
+    def _pair_columns(self) -> dict[str, np.ndarray]:
+        """The pair columns ``task_inputs`` and ``ground_truths`` use, as numpy arrays."""
+        if not self._columns:
+            names = ["simulator", "target", "kept", "k", "context", "prediction", "window_start"]
+            names += [f"{name}_offset" for name in DATA_DATASETS]
+            self._columns = {name: self.pairs[name].to_numpy() for name in names}
+        return self._columns
+
     def _read(self, what: str, read):
         """``read()``, with a missing or unreadable part of the file as a ``CorpusError``."""
         try:
@@ -370,16 +438,33 @@ class Corpus:
             lambda: self._h5["baselines"][simulator][target][()],
         )
 
-    def _slice(self, name: str, offset: int, size: int) -> np.ndarray:
+    def _dataset(self, name: str) -> tuple[Any, int]:
+        """The dataset ``/data/<name>`` and its length (looked up once)."""
         if name not in self._datasets:  # h5py's lookups (names, shapes) cost more than reads
             dataset = self._read(f"/data/{name}", lambda: self._h5["data"][name])
             self._datasets[name] = (dataset, dataset.shape[0])
-        dataset, length = self._datasets[name]
+        return self._datasets[name]
+
+    def _slice(self, name: str, offset: int, size: int) -> np.ndarray:
+        dataset, length = self._dataset(name)
         if offset < 0 or offset + size > length:
             raise self._damaged(
                 f"/data/{name}[{offset}:{offset + size}] is outside its {length} values"
             )
         return self._read(f"/data/{name}", lambda: dataset[offset : offset + size])
+
+    def _slices(self, name: str, offsets: list[int], sizes: list[int]) -> list[np.ndarray]:
+        """``[_slice(name, o, n) ...]``; when the slices cover at least half of the range they
+        span (a chunk of neighbouring tasks), that range is read once and cut in memory."""
+        if not offsets:
+            return []
+        low = min(offsets)
+        high = max(o + n for o, n in zip(offsets, sizes, strict=True))
+        _, length = self._dataset(name)
+        if low < 0 or high > length or 2 * sum(sizes) < high - low:
+            return [self._slice(name, o, n) for o, n in zip(offsets, sizes, strict=True)]
+        block = self._slice(name, low, high - low)
+        return [block[o - low : o - low + n] for o, n in zip(offsets, sizes, strict=True)]
 
     def _target_info(self, simulator: str, target: str) -> dict:
         """Unit, interval and start of one target's baseline (read once)."""

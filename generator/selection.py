@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 
-from whatif_bench.generator.axes import C4, E_SETTINGS, EVENT_LENGTHS
+from whatif_bench.generator.axes import C4, E_SETTINGS, EVENT_LENGTHS, contexts, layout
+from whatif_bench.generator.types import GenerationError
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.registry import load_registry
 from whatif_bench.simulators.base import Baselines
@@ -19,8 +20,6 @@ def select_targets(config) -> list[tuple[Relationship, Baselines]]:
     ``config.simulators`` and ``config.targets`` narrow the selection; targets may be given
     as ``target`` or ``simulator/target``. Unknown names and empty selections raise.
     """
-    from whatif_bench.generator.sweep import GenerationError
-
     baselines = read_baselines(config.baselines)
     registry = load_registry()
     for simulator in config.simulators:
@@ -71,8 +70,6 @@ def select_targets(config) -> list[tuple[Relationship, Baselines]]:
 
 def longest_window(simulator: str) -> int:
     """Steps of the longest task window of ``simulator``'s axis settings (context + horizon)."""
-    from whatif_bench.generator.axes import contexts, layout
-
     return max(
         layout(context, prediction, length, setting).window
         for context, prediction in contexts(simulator).values()
@@ -83,8 +80,6 @@ def longest_window(simulator: str) -> int:
 
 def _check_long_enough(source, baselines: Baselines) -> None:
     """Every axis setting must fit: say how many steps and days a baseline needs."""
-    from whatif_bench.generator.sweep import GenerationError
-
     needed = longest_window(baselines.simulator)
     if baselines.n_steps >= needed:
         return
@@ -102,8 +97,6 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 def _check_fits_float32(source, simulator: str, target: str, values: np.ndarray) -> None:
     """Task arrays are stored as float32: a baseline value beyond its range would become inf."""
-    from whatif_bench.generator.sweep import GenerationError
-
     bad = np.flatnonzero(np.abs(values) > FLOAT32_MAX)
     if bad.size:
         raise GenerationError(

@@ -12,81 +12,17 @@ import glob
 import signal
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from whatif_bench.cli_types import MAX_SEED
-from whatif_bench.errors import WhatIfError
 from whatif_bench.generator import axes
 from whatif_bench.generator.materialise import STORE_DTYPE, PairArrays, materialise
 from whatif_bench.generator.recipe import PairKey, Recipe, draw_recipe
-from whatif_bench.generator.verification import THRESHOLD, future_ratio, history_ratios
+from whatif_bench.generator.types import GenerationConfig, GenerationError, PairResult
+from whatif_bench.generator.verification import future_ratio, history_ratios
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.workers import default_jobs
-
-
-class GenerationError(WhatIfError):
-    """Generation cannot start or cannot finish (bad selection, bad baselines, bad output path)."""
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    """What to generate; recorded in the corpus file."""
-
-    baselines: str
-    out: str
-    seed: int = 0
-    simulators: tuple[str, ...] = ()
-    targets: tuple[str, ...] = ()
-    jobs: int | None = None  # worker processes; None = all cores
-
-    def __post_init__(self) -> None:
-        seed, jobs = self.seed, self.jobs
-        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-            raise GenerationError(f"the seed must be an integer, got {seed!r}")
-        if not 0 <= int(seed) <= MAX_SEED:
-            raise GenerationError(f"the seed must be between 0 and 2**63 - 1, got {seed}")
-        if jobs is not None and (
-            isinstance(jobs, bool) or not isinstance(jobs, int | np.integer) or jobs < 1
-        ):
-            raise GenerationError(
-                f"jobs must be a positive integer (or None: all cores), got {jobs!r}"
-            )
-
-    def recorded(self) -> dict:
-        """The parts of the config that determine the content (not paths or worker counts)."""
-        return {
-            "seed": self.seed,
-            "simulators": list(self.simulators),
-            "targets": list(self.targets),
-        }
-
-
-@dataclass
-class PairResult:
-    """One generated pair: its recipe, the verification outcome and (if kept) its arrays."""
-
-    recipe: Recipe
-    history_ratios: np.ndarray
-    replay_ratio: float
-    novel_ratio: float
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-
-    @property
-    def drop_reason(self) -> str:
-        if np.any(self.history_ratios < THRESHOLD):
-            return "history"
-        if self.replay_ratio < THRESHOLD:
-            return "replay"
-        if self.novel_ratio < THRESHOLD:
-            return "novel"
-        return ""
-
-    @property
-    def kept(self) -> bool:
-        return self.drop_reason == ""
 
 
 def pair_keys(relationship: Relationship) -> Iterator[tuple[PairKey, int, int]]:

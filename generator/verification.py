@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-THRESHOLD = 0.10
+THRESHOLD = 0.10  # the one definition: generation, whatif verify, the stream and the axes record
+RULE = f"{THRESHOLD * 100:g} % rule"  # how messages name it: "10 % rule"
 
 
 def effect_ratio(actual: np.ndarray, baseline: np.ndarray) -> float:

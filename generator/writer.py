@@ -18,16 +18,15 @@ import numpy as np
 
 from whatif_bench._version import __version__
 from whatif_bench.generator import axes
-from whatif_bench.generator.sweep import GenerationError, PairResult
+from whatif_bench.generator.fileformat import DATA_DATASETS, FORMAT, FORMAT_VERSION
+from whatif_bench.generator.types import GenerationError, PairResult
+from whatif_bench.generator.verification import THRESHOLD
 from whatif_bench.h5write import GuardedFile
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
 from whatif_bench.relationships.registry import builtin_spec_texts
 from whatif_bench.simulators.store import combine_hashes, series_hash
 
-FORMAT = "whatif-corpus"
-FORMAT_VERSION = 1
 CHUNK = 16384
-DATA_DATASETS = ("history_target", "history_covariates", "future_target", "future_covariates")
 
 
 def registry_hash() -> str:
@@ -52,7 +51,7 @@ def axes_description() -> dict:
         "buffer_share": axes.BUFFER_SHARE,
         "novel_offset": list(NOVEL_OFFSET),
         "novel_scale": list(NOVEL_SCALE),
-        "threshold": 0.10,
+        "threshold": THRESHOLD,
     }
 
 

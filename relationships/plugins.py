@@ -4,8 +4,9 @@ User code can fail in every way: a module that does not import, a form function 
 returns something other than one number, returns NaN, or never returns. Each becomes one
 ``SpecError`` naming the module file and the form:
 
-- importing is wrapped (any exception, ``SystemExit`` included, is reported; the forms the
-  failed module registered are removed again);
+- importing goes through ``whatif_bench.usercode`` (the loader ``whatif evaluate`` uses for
+  model modules too, with the same errors); the forms a failed module registered are removed
+  again;
 - ``probe_user_forms`` calls every user form of the given relationships on the factors and
   baselines the rule checks use, in a forked child process with a time limit per relationship.
 
@@ -18,7 +19,6 @@ twice; the parent kills the child when a call takes longer than ``timeout`` seco
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -31,7 +31,9 @@ from typing import Any
 
 from whatif_bench.errors import SpecError
 from whatif_bench.relationships.forms import EFFECTS, FORMS, FormDefinition
+from whatif_bench.usercode import describe_exception, load_file
 
+FORM_MODULE = "form module"  # how errors name a module of forms (see whatif_bench.usercode)
 USER_CODE_TIMEOUT_S = 60.0  # per relationship: numba compiles the user's function in that time
 
 _loaded: set[Path] = set()
@@ -56,23 +58,12 @@ def load_form_modules(paths: Iterable[str | Path], timeout: float | None = None)
         path = Path(raw).resolve()
         if path in _loaded:
             continue
-        if path.is_dir():
-            raise SpecError(f"{raw}: form module is a folder, not a Python file")
-        if not path.is_file():
-            raise SpecError(f"{raw}: form module not found")
-        spec = importlib.util.spec_from_file_location(f"whatif_user_forms_{len(_loaded)}", path)
-        if spec is None or spec.loader is None:
-            raise SpecError(f"{raw}: cannot be loaded as a Python module")
         before = (set(FORMS), set(EFFECTS))
-        module = importlib.util.module_from_spec(spec)
         try:
-            spec.loader.exec_module(module)
-        except KeyboardInterrupt:
+            load_file(raw, FORM_MODULE, SpecError, module_name=f"whatif_user_forms_{len(_loaded)}")
+        except BaseException:  # also Ctrl-C: forget what the module registered before it failed
             _forget_new_forms(*before)
             raise
-        except BaseException as exc:  # noqa: BLE001 (user code: SystemExit included)
-            _forget_new_forms(*before)
-            raise SpecError(f"{raw}: form module failed to load: {_describe(exc)}") from None
         new = [FORMS[n] for n in sorted(set(FORMS) - before[0])]
         new += [EFFECTS[n] for n in sorted(set(EFFECTS) - before[1])]
         for definition in new:
@@ -100,17 +91,6 @@ def _forget_new_forms(forms: set[str], effects: set[str]) -> None:
         del FORMS[name]
     for name in set(EFFECTS) - effects:
         del EFFECTS[name]
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, SyntaxError):
-        return f"syntax error at line {exc.lineno}: {exc.msg}"
-    if isinstance(exc, SystemExit):
-        return f"it called exit({exc.code!r})"
-    text = " ".join(str(exc).split())
-    if len(text) > 300:
-        text = text[:300] + " ..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def uses_user_code(relationship: Any) -> bool:
@@ -151,7 +131,10 @@ def _call(form: FormDefinition, point: tuple[float, ...], params: Any, where: st
     try:
         value = form.scalar(*point, params)
     except Exception as exc:  # noqa: BLE001 (user code)
-        return {"kind": "error", "message": f"{where}: raised at {shown}: {_describe(exc)}"}
+        return {
+            "kind": "error",
+            "message": f"{where}: raised at {shown}: {describe_exception(exc)}",
+        }
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | float):
         kind = type(value).__name__
         if isinstance(value, np.ndarray):
@@ -230,7 +213,7 @@ def call_each_with_timeout(
                     try:
                         message = {"result": function(item)}
                     except BaseException as exc:  # noqa: BLE001 (user code)
-                        message = {"error": _describe(exc)}
+                        message = {"error": describe_exception(exc)}
                     out.write(json.dumps(message) + "\n")
                     out.flush()
         except BaseException:  # noqa: BLE001 (the parent reports a child that stops early)

@@ -232,7 +232,7 @@ class ForecastEnv(gymnasium.Env):
         }
 
     def _reset_info(self, task: Task) -> dict[str, Any]:
-        assert self.stream is not None  # reset() made it
+        assert self.stream is not None, "reset() sets the stream before the first task"
         return {
             "seed": self.stream.seed,
             "slot": self.slot,

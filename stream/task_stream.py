@@ -26,6 +26,7 @@ from whatif_bench.generator.corpus import Task, recipe_record
 from whatif_bench.generator.materialise import STORE_DTYPE, materialise
 from whatif_bench.generator.recipe import PairKey, draw_recipe_from
 from whatif_bench.generator.sweep import PairResult, build_pair, check_finite, stored_arrays
+from whatif_bench.generator.verification import RULE
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.stream._kernels import EXHAUSTED, FALLBACK
 from whatif_bench.stream.distribution import (
@@ -318,7 +319,7 @@ class TaskStream:
 
 def _exhausted(slot: int, max_attempts: int) -> StreamError:
     return StreamError(
-        f"slot {slot}: {max_attempts} draws in a row failed the 10 % rule; "
+        f"slot {slot}: {max_attempts} draws in a row failed the {RULE}; "
         "the distribution hardly ever makes a visible event (raise max_attempts or widen it)"
     )
 

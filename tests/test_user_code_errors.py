@@ -38,7 +38,7 @@ def files(tmp_path, name, body):
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ("def broken(:\n", r"form module failed to load: syntax error at line 1"),
+        ("def broken(:\n", r"failed: syntax error at line 1: "),
         ("import no_such_module_for_whatif\n", r"ModuleNotFoundError: No module named"),
         ("raise RuntimeError('boom at import')\n", r"RuntimeError: boom at import"),
         ("import sys\nsys.exit(3)\n", r"it called exit\(3\)"),
@@ -55,16 +55,16 @@ def test_a_module_that_fails_to_load_is_one_error(tmp_path, capsys, source, mess
     forms.write_text(source)
     code, out, err = run(capsys, "relationships", "list", "--forms", str(forms))
     assert code == 1 and out == ""
-    assert err.startswith(f"error: {forms}: form module failed to load: ")
+    assert err.startswith(f"error: form module: importing {forms} failed: ")
     assert pytest.importorskip("re").search(message, err), err
 
 
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda p: p.mkdir(), "form module is a folder, not a Python file"),
-        (lambda p: None, "form module not found"),
-        (lambda p: p.write_bytes(b"\xff\xfe\x00garbage"), "form module failed to load: "),
+        (lambda p: p.mkdir(), "{forms} is a folder, not a Python file"),
+        (lambda p: None, "file {forms} not found"),
+        (lambda p: p.write_bytes(b"\xff\xfe\x00garbage"), "importing {forms} failed: "),
     ],
     ids=["folder", "absent", "binary"],
 )
@@ -72,7 +72,8 @@ def test_an_unusable_module_file_is_one_error(tmp_path, capsys, make, message):
     forms = tmp_path / "forms.py"
     make(forms)
     code, out, err = run(capsys, "relationships", "list", "--forms", str(forms))
-    assert code == 1 and out == "" and err.startswith(f"error: {forms}: {message}"), err
+    expected = "error: form module: " + message.format(forms=forms)
+    assert code == 1 and out == "" and err.startswith(expected), err
 
 
 @pytest.mark.parametrize(

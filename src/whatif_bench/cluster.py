@@ -226,7 +226,7 @@ def _connect(cluster: DaskCluster) -> Iterator[Any]:
             stack.callback(local.close)
             address = local.scheduler_address
         else:
-            assert cluster.scheduler is not None  # DaskCluster holds one of the two
+            assert cluster.scheduler is not None  # a DaskCluster has a scheduler or local workers
             address = cluster.scheduler.strip()
             probe_scheduler(address, cluster.timeout_s)
         try:

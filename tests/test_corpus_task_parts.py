@@ -1,0 +1,217 @@
+"""A task splits into what a model may see and the ground truth (fev's ``get_input_data`` /
+``get_ground_truth``), and the evaluation reads only those, from a corpus it opens once.
+
+``Corpus.task_inputs`` and ``Corpus.ground_truths`` read a batch straight from the file; they
+must equal ``corpus[task_id].input_data()`` and ``.ground_truth()`` exactly, in any order and
+for any selection (neighbouring tasks are read as one block, scattered ones one by one).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import small_corpus
+from whatif_bench.evaluation import evaluate, runner
+from whatif_bench.evaluation.forecasters import Forecast, TaskInput
+from whatif_bench.generator import Corpus
+from whatif_bench.generator.corpus import CorpusError
+
+TARGETS = ("sumo/flow_loop_e_0_near", "epanet/pressure_10")
+
+
+@pytest.fixture(scope="module")
+def corpus_path(tmp_path_factory):
+    return small_corpus(tmp_path_factory.mktemp("parts"), TARGETS)
+
+
+@pytest.fixture(scope="module")
+def units(corpus_path):
+    with Corpus(corpus_path) as corpus:
+        return runner.covariate_units(corpus.attrs)
+
+
+def assert_same_input(got: TaskInput, expected: TaskInput) -> None:
+    for name in ("history_target", "history_covariates", "future_covariates"):
+        a, b = getattr(got, name), getattr(expected, name)
+        assert a.dtype == b.dtype == np.float32 and a.shape == b.shape, name
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), name  # bit for bit
+    for name in (
+        "task_id",
+        "start",
+        "freq",
+        "interval_s",
+        "covariate_names",
+        "covariate_units",
+        "target_name",
+        "target_unit",
+    ):
+        assert getattr(got, name) == getattr(expected, name), name
+
+
+def _orders(ids: list[str]) -> dict[str, list[str]]:
+    rng = np.random.default_rng(7)
+    return {
+        "all": ids,
+        "shuffled": [ids[i] for i in rng.permutation(len(ids))],
+        "scattered": ids[::37],
+        "one": ids[5:6],
+        "both-futures": [ids[0], ids[len(ids) // 2], ids[1]],
+    }
+
+
+@pytest.mark.parametrize("order", ["all", "shuffled", "scattered", "one", "both-futures"])
+def test_inputs_and_truths_equal_the_full_tasks(corpus_path, units, order):
+    with Corpus(corpus_path) as corpus:
+        ids = _orders(corpus.task_ids())[order]
+        inputs = corpus.task_inputs(ids, units)
+        truths = corpus.ground_truths(ids)
+        assert len(inputs) == len(truths) == len(ids)
+        for task_id, given, truth in zip(ids, inputs, truths, strict=True):
+            task = corpus[task_id]
+            assert_same_input(given, task.input_data(units.get((task.simulator, task.target))))
+            assert truth.dtype == np.float32
+            assert np.array_equal(truth.view(np.uint32), task.ground_truth().view(np.uint32))
+            assert np.array_equal(task.ground_truth(), task.future_target)
+            assert all(given.covariate_units)  # built from the shipped registry
+        assert corpus.task_inputs([]) == [] and corpus.ground_truths([]) == []
+
+
+def test_input_data_is_the_models_view_of_the_task(corpus_path):
+    with Corpus(corpus_path) as corpus:
+        task = next(iter(corpus))
+    given = task.input_data()
+    assert_same_input(given, TaskInput.from_task(task))
+    assert given.prediction_length == task.ground_truth().size
+    assert not hasattr(given, "future_target") and not hasattr(given, "counterfactual_future")
+
+
+def test_a_filtered_view_reads_its_own_tasks_only(corpus_path, units):
+    with Corpus(corpus_path) as corpus:
+        view = corpus.filter(simulator="epanet", future="novel")
+        ids = view.task_ids()
+        for given, task_id in zip(view.task_inputs(ids, units), ids, strict=True):
+            assert_same_input(given, corpus[task_id].input_data(units[("epanet", "pressure_10")]))
+        other = corpus.filter(simulator="sumo").task_ids()[0]
+        with pytest.raises(KeyError, match="no task"):
+            view.task_inputs([other])
+        with pytest.raises(KeyError, match="no task"):
+            view.ground_truths([ids[0].replace("/novel", "/replay")])
+
+
+def test_unknown_and_dropped_tasks_are_refused_as_by_getitem(corpus_path):
+    with Corpus(corpus_path) as corpus:
+        dropped = corpus.pairs[~corpus.pairs["kept"]]["pair_id"]
+        cases = ["nope/x/K1-C1-L32-Efew/novel", corpus.task_ids()[0].rsplit("/", 1)[0] + "/other"]
+        if len(dropped):
+            cases.append(dropped.iloc[0] + "/replay")
+        for task_id in cases:
+            with pytest.raises(KeyError) as expected:
+                corpus[task_id]
+            for read in (corpus.task_inputs, corpus.ground_truths):
+                with pytest.raises(KeyError) as caught:
+                    read([task_id])
+                assert str(caught.value) == str(expected.value)
+
+
+def test_an_offset_outside_the_data_is_a_damaged_corpus(tmp_path, corpus_path):
+    copy = tmp_path / "copy.h5"
+    shutil.copyfile(corpus_path, copy)
+    with h5py.File(copy, "r+") as h5:
+        kept = int(np.flatnonzero(h5["pairs/kept"][()])[0])
+        h5["pairs/future_target_offset"][kept] = 10**9
+        pair_id = h5["pairs/pair_id"][kept].decode()
+    with Corpus(copy) as corpus:
+        with pytest.raises(CorpusError, match="damaged corpus, /data/future_target"):
+            corpus.ground_truths([pair_id + "/replay"])
+        corpus.task_inputs([pair_id + "/replay"])  # the inputs do not need the future target
+
+
+class LastValue:
+    name = "last"
+
+    def predict(self, batch):
+        return [Forecast(point=np.full(t.prediction_length, t.history_target[-1])) for t in batch]
+
+
+def test_the_evaluation_opens_the_corpus_once_and_reads_no_recipe(
+    tmp_path, corpus_path, monkeypatch
+):
+    """In this process (jobs=1): one open for the index and every chunk; no full task, recipe
+    or counterfactual is read; the reader is closed at the end."""
+    opened = []
+    real_init = Corpus.__init__
+
+    def counting_init(self, path, *args, **kwargs):
+        if not args and not kwargs:  # a file opened, not a filtered view of an open one
+            opened.append(path)
+        real_init(self, path, *args, **kwargs)
+
+    def refuse(*_):
+        raise AssertionError("the evaluation read a full task")
+
+    monkeypatch.setattr(runner, "CHUNK", 16)
+    monkeypatch.setattr(Corpus, "__init__", counting_init)
+    monkeypatch.setattr(Corpus, "_task", refuse)
+    monkeypatch.setattr(Corpus, "recipe", refuse)
+    monkeypatch.setattr(Corpus, "baseline", refuse)
+    result = evaluate(corpus_path, ["naive", LastValue()], tmp_path / "o", progress=False)
+    assert len(result.per_task) == 2 * len(result.per_task["task_id"].unique()) > 2 * 16
+    assert len(opened) == 1
+    assert getattr(runner._open_corpus, "value", None) is None  # closed
+
+
+def test_a_corpus_replaced_during_the_evaluation_is_refused(tmp_path, corpus_path):
+    """A process with the corpus open keeps reading the file it opened (the one the evaluation
+    started with); a process opening it later refuses a file replaced or removed meanwhile."""
+    path = tmp_path / "c.h5"
+    shutil.copyfile(corpus_path, path)
+    corpus, _, identity = runner._corpus_reader(str(path))
+    try:
+        task_id = corpus.task_ids()[0]
+        first = runner._score_chunk(str(path), identity, [task_id], ["naive"])[0]
+        assert list(first["task_id"]) == [task_id]
+        shutil.copyfile(corpus_path, tmp_path / "new.h5")
+        (tmp_path / "new.h5").replace(path)  # as whatif generate puts a new corpus in place
+        again = runner._score_chunk(str(path), identity, [task_id], ["naive"])[0]
+        pd.testing.assert_frame_equal(again, first)  # still the file it opened
+        runner.close_corpus_reader()  # as in a worker process that opens it now
+        with pytest.raises(runner.EvaluationError, match="the corpus changed"):
+            runner._score_chunk(str(path), identity, [task_id], ["naive"])
+        path.unlink()
+        with pytest.raises(runner.EvaluationError, match="went away"):
+            runner._score_chunk(str(path), identity, [task_id], ["naive"])
+    finally:
+        runner.close_corpus_reader()
+
+
+def test_scores_equal_the_full_task_path(corpus_path, units):
+    """The scores from the split reads equal scoring the full tasks' arrays (the old path)."""
+    from whatif_bench.evaluation.metrics import score
+
+    with Corpus(corpus_path) as corpus:
+        ids = corpus.task_ids()[:40]
+        tasks = [corpus[i] for i in ids]
+        frame = runner._score_tasks(
+            corpus.task_inputs(ids, units), corpus.ground_truths(ids), [LastValue()]
+        )[0]
+    expected = pd.DataFrame(
+        [
+            {
+                "task_id": t.task_id,
+                **score(
+                    t.future_target.astype(np.float64),
+                    np.full(t.prediction_length, t.history_target[-1]).astype(np.float64),
+                    None,
+                ),
+            }
+            for t in tasks
+        ]
+    )
+    assert frame["task_id"].tolist() == expected["task_id"].tolist()
+    assert np.array_equal(frame["wql"].to_numpy(), expected["wql"].to_numpy())
+    assert np.array_equal(frame["wape"].to_numpy(), expected["wape"].to_numpy())

@@ -7,7 +7,6 @@ float64 baselines are in the file too.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re

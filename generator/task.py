@@ -11,7 +11,6 @@ from the file, without the counterfactual or the recipe.
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass, field
 
 import numpy as np

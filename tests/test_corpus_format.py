@@ -116,7 +116,8 @@ def _threshold_literals(path: Path) -> list[str]:
 
 def test_the_threshold_is_written_once():
     """Generation, verification, the axes record and the stream use ``THRESHOLD``; no other
-    module of theirs writes its value again (the quantile level 0.1 of the metrics is not it)."""
+    module of theirs writes its value again (the quantile levels 0.1 of the metrics and of the
+    diagnostics' summaries are not it)."""
     found = {
         str(path.relative_to(REPO)): where
         for folder in ("generator", "stream", "evaluation")
@@ -126,6 +127,7 @@ def test_the_threshold_is_written_once():
     assert found == {
         "generator/verification.py": ["THRESHOLD"],
         "evaluation/metrics.py": ["QUANTILE_LEVELS"],
+        "generator/diagnostics.py": ["QUANTILES"],
     }, found
 
 

@@ -1,7 +1,8 @@
 """``whatif verify``: check everything a corpus file claims.
 
 File-level: the counts (``n_pairs`` ...) match the index; the ``axes`` attribute is this
-toolkit's; ``registry_hash`` is the registry's; the recorded config is consistent with the
+toolkit's; ``registry_hash`` is the registry's (the shipped spec files plus the user spec
+texts and forms modules the corpus records, ``generator/provenance.py``); the recorded config is consistent with the
 master seed and the index; every stored array is finite; each embedded baseline matches its
 recorded per-target hash (values, unit, interval, start); ``baselines_hash`` combines the
 recorded per-simulator hashes; the embedded series (and simulator version) equal those of the
@@ -27,8 +28,8 @@ from whatif_bench.generator.fileformat import DATA_DATASETS, FORMAT_VERSION
 from whatif_bench.generator.recipe import draw_recipe
 from whatif_bench.generator.sweep import build_pair
 from whatif_bench.generator.verification import RULE, THRESHOLD
-from whatif_bench.generator.writer import axes_description, registry_hash
-from whatif_bench.relationships.registry import load_registry
+from whatif_bench.generator.writer import axes_description
+from whatif_bench.relationships.source import RegistrySource
 from whatif_bench.simulators.store import combine_hashes, read_baselines, series_hash
 
 BLOCK = 1 << 20  # values read at a time when scanning a data array
@@ -247,36 +248,49 @@ def _ratio_problems(pair_id: str, row: dict, stored_ratios, rebuilt) -> list[str
 
 
 def verify_corpus(
-    path, progress: bool = True, limit_problems: int = 50, baselines_path=None
+    path, progress: bool = True, limit_problems: int = 50, baselines_path=None, forms=()
 ) -> VerifyReport:
     """Check the corpus at ``path`` (see the module doc); ``baselines_path``: a baselines file
-    to compare the embedded series with (default: the shipped one)."""
+    to compare the embedded series with (default: the shipped one).
+
+    A corpus built with user spec files is checked against the spec texts it records; one
+    built with forms modules needs them in ``forms`` (each hashing to the recorded module, in
+    the recorded order; ``provenance.corpus_source``), else a ``CorpusError`` says why."""
+    from whatif_bench.generator.provenance import corpus_registry
     from whatif_bench.simulators.store import shipped_baselines_path
 
     report = VerifyReport()
     given = read_baselines(baselines_path or shipped_baselines_path())
     with Corpus(path) as corpus:
+        registry, source = corpus_registry(corpus, forms)
         # a damaged file can fail anywhere h5py reads: one CorpusError naming the file
         corpus._read(
-            "its contents", lambda: _verify(corpus, given, report, progress, limit_problems)
+            "its contents",
+            lambda: _verify(corpus, given, report, progress, limit_problems, registry, source),
         )
     return report
 
 
 def _verify(
-    corpus: Corpus, given, report: VerifyReport, progress: bool, limit_problems: int
+    corpus: Corpus,
+    given,
+    report: VerifyReport,
+    progress: bool,
+    limit_problems: int,
+    registry,
+    source: RegistrySource,
 ) -> None:
     """The checks of ``verify_corpus`` on an open corpus; problems go to ``report``."""
     from tqdm import tqdm
 
-    if corpus.attrs.get("registry_hash") != registry_hash():
+    expected_hash = source.registry_hash()
+    if corpus.attrs.get("registry_hash") != expected_hash:
         report.problems.append(
             f"attribute registry_hash: stored {corpus.attrs.get('registry_hash')!r}, the "
-            f"relationship registry here hashes to {registry_hash()!r} (another toolkit "
+            f"relationship registry here hashes to {expected_hash!r} (another toolkit "
             "version or edited spec files; the pairs were rebuilt with this registry)"
         )
     seed = int(corpus.attrs["master_seed"])
-    registry = load_registry()
     _check_counts(corpus, report)
     _check_config(corpus, report)
     _check_finite(corpus, report)

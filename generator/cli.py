@@ -38,6 +38,15 @@ def add_arguments(subparsers) -> None:
     generate.add_argument(
         "--seed", type=seed_int, default=0, help="master seed, 0 to 2**63 - 1 (default: 0)"
     )
+    generate.add_argument(
+        "--spec",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="user spec file loaded after the shipped ones: adds targets, or replaces those it "
+        "marks overrides = true; its text is recorded in the corpus (repeatable; default: none)",
+    )
+    add_forms_argument(generate, "its hash is recorded in the corpus")
     add_cluster_arguments(
         generate, jobs_help=f"worker processes, >= 1 (default: all {default_jobs()} cores)"
     )
@@ -56,6 +65,7 @@ def add_arguments(subparsers) -> None:
         "--baselines",
         help="baselines file to compare the embedded series with (default: the shipped one)",
     )
+    add_forms_argument(verify, "needed for a corpus built with --forms; must be unchanged")
     verify.set_defaults(handler=_verify)
 
     show = subparsers.add_parser("show", help="print one task (and plot it)")
@@ -67,7 +77,20 @@ def add_arguments(subparsers) -> None:
         help="draw history, both futures and covariates to this PNG file; a folder (existing, "
         "or written with a trailing /) gets <task id with / as _>.png (default: no plot)",
     )
+    add_forms_argument(show, "needed for a corpus built with --forms; must be unchanged")
     show.set_defaults(handler=_show)
+
+
+def add_forms_argument(parser: argparse.ArgumentParser, note: str) -> None:
+    """``--forms PY`` (repeatable), as ``whatif relationships check`` takes it."""
+    parser.add_argument(
+        "--forms",
+        action="append",
+        default=[],
+        metavar="PY",
+        help=f"Python file that registers user forms (executed; {note}; repeatable; "
+        "default: none)",
+    )
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -84,6 +107,8 @@ def _generate(args: argparse.Namespace) -> int:
         simulators=tuple(args.simulators),
         targets=tuple(args.targets),
         jobs=args.jobs,
+        specs=tuple(args.spec),
+        forms=tuple(args.forms),
     )
     started = time.perf_counter()
     path = generate(config, progress=True, cluster=cluster_from_args(args))
@@ -113,7 +138,7 @@ def _info(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from whatif_bench.generator.checking import verify_corpus
 
-    report = verify_corpus(args.file, baselines_path=args.baselines)
+    report = verify_corpus(args.file, baselines_path=args.baselines, forms=args.forms)
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for problem in report.problems:
@@ -131,8 +156,10 @@ def _show(args: argparse.Namespace) -> int:
     import numpy as np
 
     from whatif_bench.generator.corpus import Corpus
+    from whatif_bench.generator.provenance import corpus_registry
 
     with Corpus(args.corpus) as corpus:
+        registry, _ = corpus_registry(corpus, args.forms)  # refuses a changed forms module
         try:
             task = corpus[args.task_id]
         except KeyError as exc:
@@ -178,7 +205,10 @@ def _show(args: argparse.Namespace) -> int:
             other = "novel" if task.future == "replay" else "replay"
             pair_id = task.task_id.rsplit("/", 1)[0]
             path = plot_path(args.plot, task.task_id)
-            print(f"wrote {plot_task(task, corpus[f'{pair_id}/{other}'], path, [args.corpus])}")
+            relationship = registry.get(task.simulator, task.target)
+            units = {info.name: info.unit for info in relationship.covariates}
+            written = plot_task(task, corpus[f"{pair_id}/{other}"], path, [args.corpus], units)
+            print(f"wrote {written}")
     return 0
 
 

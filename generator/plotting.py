@@ -173,13 +173,18 @@ def task_figure(task: Task, other: Task, units: Mapping[str, str] | None = None)
 
 
 def plot_task(
-    task: Task, other: Task, out: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()
+    task: Task,
+    other: Task,
+    out: str | os.PathLike,
+    inputs: Iterable[str | os.PathLike] = (),
+    units: Mapping[str, str] | None = None,
 ) -> Path:
-    """Save ``task_figure(task, other)`` as a PNG at ``out`` (never over one of ``inputs``).
+    """Save ``task_figure(task, other, units)`` as a PNG at ``out`` (never over one of
+    ``inputs``).
 
     Written through ``outputs.atomic_output``.
     """
     from whatif_bench.outputs import check_output_path
 
     path = check_output_path(out, inputs)
-    return save_png(task_figure(task, other), path, inputs, lock=True)
+    return save_png(task_figure(task, other, units), path, inputs, lock=True)

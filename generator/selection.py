@@ -9,19 +9,21 @@ import numpy as np
 from whatif_bench.generator.axes import C4, E_SETTINGS, EVENT_LENGTHS, contexts, layout
 from whatif_bench.generator.types import GenerationError
 from whatif_bench.relationships.engine import Relationship
-from whatif_bench.relationships.registry import load_registry
+from whatif_bench.relationships.source import RegistrySource
 from whatif_bench.simulators.base import Baselines
 from whatif_bench.simulators.store import read_baselines
 
 
-def select_targets(config) -> list[tuple[Relationship, Baselines]]:
+def select_targets(config, source: RegistrySource | None = None) -> list[tuple[Relationship, Baselines]]:
     """(relationship, baselines) for every selected target, in registry order.
 
     ``config.simulators`` and ``config.targets`` narrow the selection; targets may be given
     as ``target`` or ``simulator/target``. Unknown names and empty selections raise.
+    ``source``: the registry to select from (default: ``config.registry_source()``, the shipped
+    spec files plus the config's ``specs`` and ``forms``).
     """
     baselines = read_baselines(config.baselines)
-    registry = load_registry()
+    registry = (source or config.registry_source()).load()
     for simulator in config.simulators:
         if simulator not in registry.simulators:
             raise GenerationError(

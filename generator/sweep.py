@@ -22,6 +22,7 @@ from whatif_bench.generator.recipe import PairKey, Recipe, draw_recipe
 from whatif_bench.generator.types import GenerationConfig, GenerationError, PairResult
 from whatif_bench.generator.verification import future_ratio, history_ratios
 from whatif_bench.relationships.engine import Relationship
+from whatif_bench.relationships.source import RegistrySource, TargetRef, portable, resolve
 from whatif_bench.workers import default_jobs
 
 
@@ -93,9 +94,10 @@ def check_finite(result: PairResult) -> None:
 
 
 def generate_target(
-    relationship: Relationship, baseline: np.ndarray, seed: int
+    relationship: Relationship | TargetRef, baseline: np.ndarray, seed: int
 ) -> list[PairResult]:
-    """All 200 pairs of one target (run inside a worker)."""
+    """All 200 pairs of one target (run inside a worker; a ``TargetRef`` is loaded there)."""
+    relationship = resolve(relationship)
     results = []
     for key, context, prediction in pair_keys(relationship):
         recipe = draw_recipe(key, relationship, context, prediction, baseline.size, seed)
@@ -144,7 +146,9 @@ def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> P
     file) and locked (a second run on the same output fails at once). The corpus is written to
     a per-process hidden temporary file and renamed over ``config.out`` only when complete, so
     a failed, interrupted or killed run leaves any earlier corpus as it was. A full disk or a
-    read-only folder is an ``OutputError`` naming the path.
+    read-only folder is an ``OutputError`` naming the path. ``config.specs`` and
+    ``config.forms`` are read (and the forms modules run) once here; workers re-load the
+    modules by path and hash (``relationships.source``).
     """
     from whatif_bench.cluster import open_pool
     from whatif_bench.generator.selection import select_targets
@@ -156,12 +160,16 @@ def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> P
     out = Path(config.out)
     with (
         open_pool(config.jobs or default_jobs(), cluster) as pool,
-        atomic_output(config.out, inputs=[config.baselines]) as tmp,
+        atomic_output(config.out, inputs=[config.baselines, *config.specs, *config.forms]) as tmp,
     ):
         remove_stale_temporaries(out, tmp)
-        selection = select_targets(config)
-        with _interrupt_flag() as interrupted, CorpusWriter(config, selection, tmp) as writer:
-            for relationship, results in _run(selection, config.seed, pool, progress):
+        source = config.registry_source()  # the spec texts and forms hashes, read once
+        selection = select_targets(config, source)
+        with (
+            _interrupt_flag() as interrupted,
+            CorpusWriter(config, selection, tmp, source) as writer,
+        ):
+            for relationship, results in _run(selection, source, config.seed, pool, progress):
                 if interrupted.is_set():
                     raise KeyboardInterrupt
                 writer.add_target(relationship, results)
@@ -170,10 +178,12 @@ def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> P
     return out
 
 
-def _run(selection, seed: int, pool, progress: bool):
+def _run(selection, source: RegistrySource, seed: int, pool, progress: bool):
     from tqdm import tqdm
 
-    calls = ((rel, baseline.series[rel.target], seed) for rel, baseline in selection)
+    calls = (
+        (portable(rel, source), baseline.series[rel.target], seed) for rel, baseline in selection
+    )
     outputs = pool.ordered(generate_target, calls)
     bar = tqdm(total=len(selection), desc="generating", unit="target", disable=not progress)
     try:

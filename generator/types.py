@@ -7,6 +7,8 @@ cycle (``tests/test_generator_imports.py`` checks that).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +25,13 @@ class GenerationError(WhatIfError):
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """What to generate; recorded in the corpus file."""
+    """What to generate; recorded in the corpus file. Validated when built.
+
+    ``specs`` are user spec files loaded after the shipped ones (adding or, with
+    ``overrides = true``, replacing targets; docs/AUTHORING.md); ``forms`` are Python files
+    registering user forms, executed in this process and in every worker. Lists are taken as
+    tuples; a string where a list is expected is refused (it would read as its letters).
+    """
 
     baselines: str
     out: str
@@ -31,6 +39,8 @@ class GenerationConfig:
     simulators: tuple[str, ...] = ()
     targets: tuple[str, ...] = ()
     jobs: int | None = None  # worker processes; None = all cores
+    specs: tuple[str, ...] = ()
+    forms: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         seed, jobs = self.seed, self.jobs
@@ -44,14 +54,47 @@ class GenerationConfig:
             raise GenerationError(
                 f"jobs must be a positive integer (or None: all cores), got {jobs!r}"
             )
+        for name in ("baselines", "out"):
+            value = getattr(self, name)
+            if not isinstance(value, str | os.PathLike) or os.fspath(value) == "":
+                raise GenerationError(f"{name} must be a non-empty path, got {value!r}")
+            object.__setattr__(self, name, os.fspath(value))
+        for name in ("simulators", "targets", "specs", "forms"):
+            object.__setattr__(self, name, _names(name, getattr(self, name)))
+        for name in ("specs", "forms"):
+            for path in getattr(self, name):
+                if not os.path.isfile(path):
+                    raise GenerationError(f"{name}: {path}: no such file")
+        for path in self.forms:
+            if not path.endswith(".py"):
+                raise GenerationError(f"forms: {path}: not a Python file (*.py)")
+
+    def registry_source(self):
+        """The user spec texts and forms modules' hashes, read now (``RegistrySource``)."""
+        from whatif_bench.relationships.source import RegistrySource
+
+        return RegistrySource.from_files(self.specs, self.forms)
 
     def recorded(self) -> dict:
-        """The parts of the config that determine the content (not paths or worker counts)."""
+        """The parts of the config that determine the content (not paths or worker counts).
+
+        (User spec texts and forms modules are recorded apart: ``/user_registry``.)"""
         return {
             "seed": self.seed,
             "simulators": list(self.simulators),
             "targets": list(self.targets),
         }
+
+
+def _names(field: str, values) -> tuple[str, ...]:
+    """``values`` as a tuple of non-empty strings (paths allowed), else a ``GenerationError``."""
+    if isinstance(values, str | bytes | os.PathLike) or not isinstance(values, Iterable):
+        raise GenerationError(f"{field} must be a list of names, got {values!r}")
+    items = tuple(os.fspath(v) if isinstance(v, os.PathLike) else v for v in values)
+    for item in items:
+        if not isinstance(item, str) or item == "":
+            raise GenerationError(f"{field}: expected non-empty strings, got {item!r}")
+    return items
 
 
 @dataclass

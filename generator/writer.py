@@ -9,7 +9,6 @@ Writes go through ``h5write.GuardedFile``, so a full disk is an ``OSError``, nev
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -23,18 +22,35 @@ from whatif_bench.generator.types import GenerationError, PairResult
 from whatif_bench.generator.verification import THRESHOLD
 from whatif_bench.h5write import GuardedFile
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
-from whatif_bench.relationships.registry import builtin_spec_texts
+from whatif_bench.relationships.source import RegistrySource
 from whatif_bench.simulators.store import combine_hashes, series_hash
 
 CHUNK = 16384
+USER_REGISTRY = "user_registry"  # the group of user spec texts and forms hashes
 
 
 def registry_hash() -> str:
-    """SHA-256 of the shipped relationship spec files (the relationships the corpus used)."""
-    digest = hashlib.sha256()
-    for source, text in builtin_spec_texts():
-        digest.update(source.encode() + b"\0" + text.encode() + b"\0")
-    return digest.hexdigest()
+    """SHA-256 of the shipped relationship spec files (of a corpus built from them alone;
+    ``RegistrySource.registry_hash`` covers user spec files and forms modules too)."""
+    return RegistrySource().registry_hash()
+
+
+def write_user_registry(h5, source: RegistrySource) -> None:
+    """``/user_registry``: the exact user spec texts (``spec_000`` ..., each with its ``name``)
+    and the forms modules (attribute ``forms``: JSON [{"path", "sha256"}]), in load order.
+    Written only when the corpus used user files (a shipped-only corpus is unchanged)."""
+    import h5py
+
+    if source.is_shipped:
+        return
+    group = h5.create_group(USER_REGISTRY, track_order=True)
+    forms = [{"path": m.path, "sha256": m.sha256} for m in source.forms]
+    group.attrs["forms"] = json.dumps(forms)
+    for index, spec in enumerate(source.specs):
+        dataset = group.create_dataset(
+            f"spec_{index:03d}", data=spec.text, dtype=h5py.string_dtype("utf-8"), track_times=False
+        )
+        dataset.attrs["name"] = spec.name
 
 
 def axes_description() -> dict:
@@ -64,9 +80,12 @@ class CorpusWriter:
     does).
     """
 
-    def __init__(self, config, selection, tmp: str | os.PathLike) -> None:
+    def __init__(
+        self, config, selection, tmp: str | os.PathLike, source: RegistrySource | None = None
+    ) -> None:
         self.config = config
         self.selection = selection
+        self.source = source or RegistrySource()  # what the relationships were loaded from
         self.path = Path(config.out)
         self.tmp = Path(tmp)
         self.columns: dict[str, list] = {}
@@ -232,7 +251,8 @@ class CorpusWriter:
         attrs["config"] = json.dumps(self.config.recorded(), sort_keys=True)
         attrs["axes"] = json.dumps(axes_description(), sort_keys=True)
         attrs["baselines_hash"] = self.baselines_hash
-        attrs["registry_hash"] = registry_hash()
+        attrs["registry_hash"] = self.source.registry_hash()
+        write_user_registry(self.h5, self.source)
         attrs["n_pairs"] = int(kept.size)
         attrs["n_pairs_kept"] = int(kept.sum())
         attrs["n_tasks_generated"] = int(2 * kept.size)

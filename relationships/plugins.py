@@ -46,13 +46,17 @@ def form_origin(definition: FormDefinition) -> str:
     return _origins.get((definition.kind, definition.name), "built-in")
 
 
-def load_form_modules(paths: Iterable[str | Path], timeout: float | None = None) -> None:
+def load_form_modules(
+    paths: Iterable[str | Path], timeout: float | None = None, probe: bool = True
+) -> None:
     """Execute Python files that call ``register_form``/``register_effect`` (each at most once).
 
     Each form a module registers is then compiled and called once (at ``y = 1``, ``f = 1``,
     parameters at their default) in a child process, so one that numba cannot compile, that
     raises or returns something other than a number, or that does not return within
     ``timeout`` seconds is reported here, naming module and form (and is not kept).
+    ``probe=False`` skips that call: for a worker process re-loading a module its parent
+    already probed (``source.TargetRef``).
     """
     for raw in paths:
         path = Path(raw).resolve()
@@ -68,6 +72,9 @@ def load_form_modules(paths: Iterable[str | Path], timeout: float | None = None)
         new += [EFFECTS[n] for n in sorted(set(EFFECTS) - before[1])]
         for definition in new:
             _origins[(definition.kind, definition.name)] = str(raw)
+        if not probe:
+            _loaded.add(path)
+            continue
         try:
             failures = call_each_with_timeout(
                 _probe_alone,

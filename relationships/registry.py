@@ -130,8 +130,16 @@ def load_registry(extra_files: Iterable[str | Path] = (), include_builtin: bool 
     A later file that names a loaded simulator must say ``extends = true``; it adds classes and
     targets to it. Any problem raises ``SpecError`` naming file, entry and field.
     """
+    extra = [(str(path), read_spec_text(path)) for path in extra_files]
+    return registry_from_texts(extra, include_builtin)
+
+
+def registry_from_texts(
+    extra: Iterable[tuple[str, str]], include_builtin: bool = True
+) -> Registry:
+    """``load_registry`` on texts already read: ``extra`` is (source name, text) pairs."""
     sources = builtin_spec_texts() if include_builtin else []
-    sources += [(str(path), read_spec_text(path)) for path in extra_files]
+    sources += list(extra)
     specs: dict[str, SimulatorSpec] = {}
     for source, text in sources:
         document = parse_toml(text, source)

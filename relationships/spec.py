@@ -280,10 +280,12 @@ def _parse_class(name: str, raw: Any, where: str, covariates: set[str]) -> Targe
     return spec
 
 
-def _parse_target(raw: Any, where: str) -> tuple[TargetSpec, _Table]:
+def _parse_target(raw: Any, where: str) -> tuple[TargetSpec, _Table, bool]:
+    """The target, its table (for later errors) and its ``overrides`` flag."""
     table = _Table(raw, where)
     name = table.name("name")
     table.where = f"{where.rsplit(':', 1)[0]}: target {name!r}"
+    overrides = table.get("overrides", bool, False)
     form = table.get("form", str)
     params = _number_map(table, "params", -math.inf)
     _check_form(table, "form", form, params, "primary")
@@ -299,7 +301,7 @@ def _parse_target(raw: Any, where: str) -> tuple[TargetSpec, _Table]:
         rationale=table.get("rationale", str),
     )
     table.finish()
-    return spec, table
+    return spec, table, overrides
 
 
 def covariates_for(primary: str, order: tuple[str, ...]) -> tuple[str, ...]:
@@ -398,14 +400,29 @@ def parse_spec(
         classes = {**base.classes, **classes}
 
     targets: list[TargetSpec] = list(base.targets) if base is not None else []
-    names = {t.name for t in targets}
+    earlier = {t.name: i for i, t in enumerate(targets)}  # declared by the files loaded before
+    names: set[str] = set()
     for index, raw in enumerate(top.get("targets", list, [])):
-        target, table = _parse_target(raw, f"{source}: targets[{index}]")
+        target, table, overrides = _parse_target(raw, f"{source}: targets[{index}]")
         if target.name in names:
             raise SpecError(f"{table.where}: target is declared twice in simulator {name!r}")
         names.add(target.name)
+        if overrides and target.name not in earlier:
+            raise table.error(
+                "overrides", f"simulator {name!r} has no target {target.name!r} to override"
+            )
+        if not overrides and target.name in earlier:
+            assert base is not None  # earlier targets come from the simulator being extended
+            raise table.error(
+                "name",
+                f"simulator {name!r} already has a target {target.name!r} (from {base.source}); "
+                "set overrides = true to replace it",
+            )
         _check_target(target, table, classes, covariates, only_increase)
-        targets.append(target)
+        if overrides:  # replaced in place: the registry's order (and task order) is kept
+            targets[earlier[target.name]] = target
+        else:
+            targets.append(target)
     top.finish()
     if not targets:
         raise SpecError(f"{source}: declares no targets")

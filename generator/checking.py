@@ -2,8 +2,8 @@
 
 File-level: the counts (``n_pairs`` ...) match the index; the ``axes`` attribute is this
 toolkit's; ``registry_hash`` is the registry's (the shipped spec files plus the user spec
-texts and forms modules the corpus records, ``generator/provenance.py``); the recorded config is consistent with the
-master seed and the index; every stored array is finite; each embedded baseline matches its
+texts and forms modules the corpus records, ``generator/provenance.py``); the recorded config
+is consistent with the master seed and the index; every stored array is finite; each embedded baseline matches its
 recorded per-target hash (values, unit, interval, start); ``baselines_hash`` combines the
 recorded per-simulator hashes; the embedded series (and simulator version) equal those of the
 given baselines file when it holds the same simulator content. Per target: the stored

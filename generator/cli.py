@@ -88,8 +88,7 @@ def add_forms_argument(parser: argparse.ArgumentParser, note: str) -> None:
         action="append",
         default=[],
         metavar="PY",
-        help=f"Python file that registers user forms (executed; {note}; repeatable; "
-        "default: none)",
+        help=f"Python file that registers user forms (executed; {note}; repeatable; default: none)",
     )
 
 

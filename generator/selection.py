@@ -14,7 +14,9 @@ from whatif_bench.simulators.base import Baselines
 from whatif_bench.simulators.store import read_baselines
 
 
-def select_targets(config, source: RegistrySource | None = None) -> list[tuple[Relationship, Baselines]]:
+def select_targets(
+    config, source: RegistrySource | None = None
+) -> list[tuple[Relationship, Baselines]]:
     """(relationship, baselines) for every selected target, in registry order.
 
     ``config.simulators`` and ``config.targets`` narrow the selection; targets may be given

@@ -134,9 +134,7 @@ def load_registry(extra_files: Iterable[str | Path] = (), include_builtin: bool 
     return registry_from_texts(extra, include_builtin)
 
 
-def registry_from_texts(
-    extra: Iterable[tuple[str, str]], include_builtin: bool = True
-) -> Registry:
+def registry_from_texts(extra: Iterable[tuple[str, str]], include_builtin: bool = True) -> Registry:
     """``load_registry`` on texts already read: ``extra`` is (source name, text) pairs."""
     sources = builtin_spec_texts() if include_builtin else []
     sources += list(extra)

@@ -221,7 +221,9 @@ def test_bad_input_is_one_error_naming_file_and_field_and_writes_nothing(inputs,
     override = tmp_path / "override.toml"
     override.write_text(BAD[case][0] if case in BAD else OVERRIDE)
     forms = tmp_path / "forms.py"
-    forms.write_text(FORMS.read_text() + ("\nraise RuntimeError('boom')\n" * (case == "forms_import")))
+    forms.write_text(
+        FORMS.read_text() + ("\nraise RuntimeError('boom')\n" * (case == "forms_import"))
+    )
     baselines = inputs["baselines"]
     if case == "short_baselines":
         sumo = read_baselines(baselines)["sumo"]

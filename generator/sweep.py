@@ -97,11 +97,11 @@ def generate_target(
     relationship: Relationship | TargetRef, baseline: np.ndarray, seed: int
 ) -> list[PairResult]:
     """All 200 pairs of one target (run inside a worker; a ``TargetRef`` is loaded there)."""
-    relationship = resolve(relationship)
+    loaded = resolve(relationship)
     results = []
-    for key, context, prediction in pair_keys(relationship):
-        recipe = draw_recipe(key, relationship, context, prediction, baseline.size, seed)
-        result = build_pair(recipe, relationship, baseline)
+    for key, context, prediction in pair_keys(loaded):
+        recipe = draw_recipe(key, loaded, context, prediction, baseline.size, seed)
+        result = build_pair(recipe, loaded, baseline)
         check_finite(result)
         results.append(result)
     return results

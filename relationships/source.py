@@ -25,8 +25,13 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from whatif_bench.errors import SpecError
+
+if TYPE_CHECKING:
+    from whatif_bench.relationships.engine import Relationship
+    from whatif_bench.relationships.registry import Registry
 
 FORMS_LABEL = "form module"  # as plugins.FORM_MODULE: how errors name a forms module
 
@@ -84,7 +89,7 @@ class RegistrySource:
         from whatif_bench.relationships.spec import read_spec_text
 
         return cls(
-            tuple(UserSpec(os.fspath(p), read_spec_text(p)) for p in specs),
+            tuple(UserSpec(os.fspath(p), read_spec_text(os.fspath(p))) for p in specs),
             tuple(FormsModule(str(Path(p).resolve()), file_sha256(p)) for p in forms),
         )
 
@@ -107,7 +112,7 @@ class RegistrySource:
             digest.update(b"forms\0" + module.sha256.encode() + b"\0")
         return digest.hexdigest()
 
-    def load(self, probe: bool = True):
+    def load(self, probe: bool = True) -> Registry:
         """The ``Registry`` of this source (one per process and source, kept).
 
         The forms modules are checked against their hashes and executed first (``probe``:
@@ -120,7 +125,7 @@ class RegistrySource:
             _registries[key] = self._load(probe)
         return _registries[key]
 
-    def _load(self, probe: bool):
+    def _load(self, probe: bool) -> Registry:
         from whatif_bench.relationships.plugins import load_form_modules, probe_user_forms
         from whatif_bench.relationships.registry import registry_from_texts
 
@@ -152,7 +157,7 @@ class RegistrySource:
         return wanted
 
 
-_registries: dict[str, object] = {}  # registry hash -> Registry, in this process
+_registries: dict[str, Registry] = {}  # registry hash -> Registry, in this process
 _loaded_forms: dict[str, str] = {}  # forms module path -> the sha256 loaded in this process
 
 
@@ -164,12 +169,12 @@ class TargetRef:
     simulator: str
     target: str
 
-    def resolve(self):
+    def resolve(self) -> Relationship:
         """The relationship, loaded in this process (forms checked, not probed again)."""
         return self.source.load(probe=False).get(self.simulator, self.target)
 
 
-def portable(relationship, source: RegistrySource):
+def portable(relationship: Relationship, source: RegistrySource) -> Relationship | TargetRef:
     """What to send a worker: ``relationship`` itself, or a ``TargetRef`` if user forms are
     loaded (see the module's [design] note)."""
     if not source.forms:
@@ -177,6 +182,6 @@ def portable(relationship, source: RegistrySource):
     return TargetRef(source, relationship.simulator, relationship.target)
 
 
-def resolve(item):
+def resolve(item: Relationship | TargetRef) -> Relationship:
     """The relationship a worker received (``portable``'s inverse)."""
     return item.resolve() if isinstance(item, TargetRef) else item

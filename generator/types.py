@@ -56,8 +56,11 @@ class GenerationConfig:
             )
         for name in ("baselines", "out"):
             value = getattr(self, name)
-            if not isinstance(value, str | os.PathLike) or os.fspath(value) == "":
-                raise GenerationError(f"{name} must be a non-empty path, got {value!r}")
+            if not isinstance(value, str | os.PathLike):
+                raise GenerationError(f"{name} must be a path, got {value!r}")
+            if os.fspath(value) == "":
+                what = "the output path" if name == "out" else "the baselines path"
+                raise GenerationError(f"{name}: {what} is empty")
             object.__setattr__(self, name, os.fspath(value))
         for name in ("simulators", "targets", "specs", "forms"):
             object.__setattr__(self, name, _names(name, getattr(self, name)))

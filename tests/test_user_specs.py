@@ -194,8 +194,10 @@ def test_the_config_validates_itself_when_built(tmp_path):
     (tmp_path / "forms.txt").write_text("")
     with pytest.raises(GenerationError, match="not a Python file"):
         GenerationConfig(**base, forms=(str(tmp_path / "forms.txt"),))
-    with pytest.raises(GenerationError, match="out must be a non-empty path"):
+    with pytest.raises(GenerationError, match="out: the output path is empty"):
         GenerationConfig(baselines="b.h5", out="")
+    with pytest.raises(GenerationError, match="baselines must be a path"):
+        GenerationConfig(baselines=None, out="c.h5")  # type: ignore[arg-type]
     config = GenerationConfig(**base, simulators=["sumo"], specs=[str(EXTRA)])
     assert config.simulators == ("sumo",) and config.specs == (str(EXTRA),)
 

@@ -27,6 +27,14 @@ from typing import Literal
 
 from whatif_bench.errors import WhatIfError
 
+SHARED_CONTEXTS = {"C1": (1024, 128), "C2": (2048, 256), "C3": (4096, 512)}
+C4 = {
+    "epanet": (8000, 864),  # baseline 9,216 steps of 300 s
+    "sumo": (7488, 864),  # baseline 8,640 steps of 300 s: 26 days of context, 3 days ahead
+    "opendc": (7488, 864),  # baseline 8,640 steps of 300 s
+    "gridlabd": (7200, 720),  # baseline 20,160 steps of 60 s: 5 days of context, 12 h ahead
+}
+
 
 class AxisError(WhatIfError):
     """An axis setting is impossible (unknown, or does not fit the baseline)."""

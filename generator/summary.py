@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from whatif_bench.generator.axes import table
+from whatif_bench.generator import axes
 from whatif_bench.generator.corpus import Corpus
 
 
 def pair_axes() -> dict[str, str]:
     """Axis name -> column of the axes ``whatif info`` counts by (futures share a pair)."""
-    return {a.name: a.column for a in table() if a.per_pair}
+    return {a.name: a.column for a in axes.table() if a.per_pair}
 
 
 def summarise(corpus: Corpus) -> dict:

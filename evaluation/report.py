@@ -82,12 +82,12 @@ def write_reports(per_task: pd.DataFrame, reference: str, out: Path) -> pd.DataF
         "its scores; see the failed column of per_task.parquet).\n",
         _markdown(board),
     ]
-    slices = make_folder(out / "slices")
+    slice_folder = make_folder(out / "slices")
     for axis, column in slices().items():
         table = sliced(per_task, column, reference)
-        _write_csv(table, slices / f"{axis}.csv")
+        _write_csv(table, slice_folder / f"{axis}.csv")
         write_text_atomic(
-            slices / f"{axis}.md",
+            slice_folder / f"{axis}.md",
             f"# Skill score and win rate by {axis}\n\n" + _markdown(table),
             lock=False,
         )

@@ -9,19 +9,24 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from whatif_bench.evaluation.aggregate import leaderboard
+from whatif_bench.generator.axes import report_axes
 from whatif_bench.outputs import atomic_output, make_folder, write_text_atomic
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-SLICES = {
-    "simulator": "simulator",
-    "future": "future",
-    "K": "k",
-    "E": "e_setting",
-    "ell": "event_length",
-    "C": "c_label",
-}
+
+def slices() -> dict[str, str]:
+    """Axis name -> column of every report slice, in the reports' order (the axis table's)."""
+    return {a.name: a.column for a in report_axes()}
+
+
+def slice_labels() -> dict[str, str]:
+    """Axis name -> what it is, for the x label of its skill plot (the axis table's labels)."""
+    return {a.name: a.label for a in report_axes()}
+
+
+SLICES = slices()  # import-time copy, for callers; the reports read ``slices()``
 
 
 def errors_table(per_task: pd.DataFrame, metric: str = "wql") -> pd.DataFrame:
@@ -77,12 +82,12 @@ def write_reports(per_task: pd.DataFrame, reference: str, out: Path) -> pd.DataF
         "its scores; see the failed column of per_task.parquet).\n",
         _markdown(board),
     ]
-    slices = make_folder(out / "slices")
-    for axis, column in SLICES.items():
+    slice_folder = make_folder(out / "slices")
+    for axis, column in slices().items():
         table = sliced(per_task, column, reference)
-        _write_csv(table, slices / f"{axis}.csv")
+        _write_csv(table, slice_folder / f"{axis}.csv")
         write_text_atomic(
-            slices / f"{axis}.md",
+            slice_folder / f"{axis}.md",
             f"# Skill score and win rate by {axis}\n\n" + _markdown(table),
             lock=False,
         )
@@ -97,20 +102,12 @@ def write_reports(per_task: pd.DataFrame, reference: str, out: Path) -> pd.DataF
     return board
 
 
-# what each axis is, for the x label of its skill plot
-SLICE_LABELS = {
-    "simulator": "simulator",
-    "K": "K: number of covariates given",
-    "E": "E: history events (Efew: one; Emax: as many as fit)",
-    "ell": "ℓ: event length [steps]",
-    "C": "C: context and prediction lengths (C1 shortest)",
-}
 # skill scores below this are drawn as bars cut at the axis floor, their value written on them
 SKILL_FLOOR = -2.0
 
 
 def skill_figure(per_task: pd.DataFrame, reference: str, axis: str) -> Figure:
-    """Skill score of each model against one axis (``SLICES``), as grouped bars.
+    """Skill score of each model against one axis (``slices()``), as grouped bars.
 
     One panel per future type, and (for every axis but ``simulator``) per simulator; the panels
     share the y axis. The axis values are categories: each gets a group of bars, one per model,
@@ -121,7 +118,7 @@ def skill_figure(per_task: pd.DataFrame, reference: str, axis: str) -> Figure:
 
     from whatif_bench.figures import literal, new_figure
 
-    column = SLICES[axis]
+    column = slices()[axis]
     splits = [("future", f) for f in sorted(per_task["future"].unique())]
     if axis != "simulator":
         splits += [("simulator", s) for s in sorted(per_task["simulator"].unique())]
@@ -169,7 +166,7 @@ def skill_figure(per_task: pd.DataFrame, reference: str, axis: str) -> Figure:
         panel.set_xticks(range(len(values)), [str(v) for v in values])
         tasks = int(per_task.loc[per_task[split] == value, "task_id"].nunique())
         panel.set_title(f"{split}: {literal(str(value))} ({tasks} tasks)", fontsize=9)
-        panel.set_xlabel(SLICE_LABELS[axis], fontsize=8)
+        panel.set_xlabel(slice_labels()[axis], fontsize=8)
         panel.tick_params(labelsize=7)
         panel.grid(axis="y", color="0.9", linewidth=0.6)
         panel.set_axisbelow(True)
@@ -180,7 +177,7 @@ def skill_figure(per_task: pd.DataFrame, reference: str, axis: str) -> Figure:
     figure.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
     by = "future type" if axis == "simulator" else "future type and per simulator"
     figure.suptitle(
-        f"Skill score vs {literal(reference)} by {SLICE_LABELS[axis].split(':')[0]}, one panel "
+        f"Skill score vs {literal(reference)} by {slice_labels()[axis].split(':')[0]}, one panel "
         f"per {by} (1: perfect; 0: as good as {literal(reference)}; below 0: worse)",
         fontsize=10,
     )
@@ -192,6 +189,6 @@ def _plots(per_task: pd.DataFrame, reference: str, folder: Path) -> None:
     from whatif_bench.figures import save_png
 
     make_folder(folder)
-    for axis in SLICES:
+    for axis in slices():
         if axis != "future":
             save_png(skill_figure(per_task, reference, axis), folder / f"skill_by_{axis}.png")

@@ -39,6 +39,7 @@ from whatif_bench.evaluation.forecasters import (
     make_forecaster,
 )
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, score
+from whatif_bench.generator.axes import strata
 from whatif_bench.outputs import (
     OutputError,
     OutputLockedError,
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from whatif_bench.generator.corpus import Corpus
 
 CHUNK = 256
-STRATA = ["simulator", "future", "k", "c_label", "event_length", "e_setting"]
+STRATA = strata()  # import-time copy, for callers; select_tasks reads ``strata()``
 
 
 class EvaluationError(WhatIfError):
@@ -96,14 +97,15 @@ class EvaluationResult:
 
 def select_tasks(frame: pd.DataFrame, subset: float | None, seed: int = 0) -> pd.DataFrame:
     """All tasks, or a stratified sample: ``ceil(fraction x n)`` of the tasks of every combination
-    of simulator, future, K, C, l and E (the strata hold one task per target)."""
+    of the axis table's values (simulator, future, K, C, l, E; a stratum holds one task per
+    target)."""
     if subset is not None and not (isinstance(subset, int | float) and 0.0 < subset <= 1.0):
         raise EvaluationError(f"--subset must be a fraction in (0, 1], got {subset}")
     if subset is None or subset == 1.0:
         return frame.reset_index(drop=True)
     rng = np.random.default_rng(seed)
     keep = []
-    for _, group in frame.groupby(STRATA, sort=True):
+    for _, group in frame.groupby(strata(), sort=True):
         n = math.ceil(subset * len(group))
         keep.extend(sorted(rng.choice(group.index.to_numpy(), size=n, replace=False).tolist()))
     return frame.loc[sorted(keep)].reset_index(drop=True)

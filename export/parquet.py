@@ -255,6 +255,7 @@ def _table(frame: pd.DataFrame) -> str:
 def dataset_card(corpus, tasks: pd.DataFrame, files: list[dict]) -> str:
     """The ``README.md`` of the export: YAML header for Hugging Face, then a description."""
     from whatif_bench._version import __version__
+    from whatif_bench.generator.axes import table as axis_table
 
     attrs = corpus.attrs
     counts = (
@@ -265,13 +266,9 @@ def dataset_card(corpus, tasks: pd.DataFrame, files: list[dict]) -> str:
         tasks.loc[tasks["simulator"] == s, "target"].nunique() for s in counts["simulator"]
     ]
     axes = []
-    for column, label in (
-        ("k", "K (covariates)"),
-        ("c_label", "C (context, prediction)"),
-        ("event_length", "l (event length)"),
-        ("e_setting", "E (events in history)"),
-        ("future", "future"),
-    ):
+    # every axis but the simulator (the table below), the future type last
+    carded = [a for a in axis_table() if a.name != "simulator"]
+    for column, label in [(a.column, a.card) for a in sorted(carded, key=lambda a: not a.per_pair)]:
         values = tasks[column].value_counts().sort_index()
         axes.append(f"| {label} | " + ", ".join(f"{v} ({n})" for v, n in values.items()) + " |")
     sources = [

@@ -1,4 +1,15 @@
-"""The five axes (docs/METHOD.md, section 5) and the history layout they imply.
+"""The five axes (docs/METHOD.md, section 5), the table every consumer reads, and the history
+layout they imply.
+
+``AXES`` describes each axis once: the name users write (``Corpus.filter`` keywords, slice and plot
+file names), the column that holds it (corpus index, per-task tables; the field of ``PairKey`` and
+``Task``), its values in the canonical order, and its labels for reports. The sweep, the subset
+strata, the evaluation slices, ``whatif info``, ``Corpus.filter``, the export card and the stream's
+default weights all derive from it, so adding a value to an axis is one edit here (a new context
+label also needs its lengths in ``SHARED_CONTEXTS``). The simulator is described alongside the
+five: every per-axis table groups by it too. Read the table through ``axis(name)`` and
+``table()`` at call time (not through import-time copies), so a patched table reaches every
+consumer.
 
 Context/prediction lengths: C1-C3 are shared; C4 is per simulator and fits its baseline. The
 layout of a history of context length ``C``: an event-free prefix of at least 40 % of ``C``,
@@ -12,27 +23,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from whatif_bench.errors import WhatIfError
-
-FUTURES = ("replay", "novel")
-# Axis names as users write them -> the columns of the corpus index that hold them.
-AXIS_COLUMNS = {
-    "simulator": "simulator",
-    "future": "future",
-    "K": "k",
-    "C": "c_label",
-    "ell": "event_length",
-    "E": "e_setting",
-}
-K_VALUES = (1, 2, 3, 4, 5)
-EVENT_LENGTHS = (32, 64, 128, 256, 512)
-E_SETTINGS = ("Efew", "Emax")
-MIN_GAP = 32
-PREFIX_SHARE = 0.40
-BUFFER_SHARE = 0.02
-MAX_EVENTS = 64
-FEWEST_EVENTS = 1
 
 SHARED_CONTEXTS = {"C1": (1024, 128), "C2": (2048, 256), "C3": (4096, 512)}
 C4 = {
@@ -47,11 +40,140 @@ class AxisError(WhatIfError):
     """An axis setting is impossible (unknown, or does not fit the baseline)."""
 
 
+@dataclass(frozen=True)
+class Axis:
+    """One axis of the benchmark, as every consumer reads it."""
+
+    name: str  # as users write it: Corpus.filter keyword, slices/<name>.csv, skill_by_<name>.png
+    column: str  # column of the corpus index and per-task tables; field of PairKey and Task
+    values: tuple  # every value, in the canonical (sweep and draw) order
+    label: str  # what the axis is, for report headings and plot labels ("symbol: meaning")
+    card: str  # short label of the exported dataset card's axis table
+    kind: Literal["categorical", "ordered"]  # ordered: values have a meaningful order
+    report_rank: int  # position among the report's slices (leaderboard sections, slices/)
+    per_pair: bool = True  # False for the future type, which splits a pair into its two tasks
+    weights: str | None = None  # the stream's AxisDistribution field weighting its values
+
+
+AXES: tuple[Axis, ...] = (
+    Axis(
+        "simulator",
+        "simulator",
+        tuple(C4),
+        "simulator",
+        "simulator",
+        "categorical",
+        0,
+    ),
+    Axis(
+        "future",
+        "future",
+        ("replay", "novel"),
+        "future: future type (replay: a history event again; novel: beyond the history)",
+        "future",
+        "categorical",
+        1,
+        per_pair=False,
+        weights="futures",
+    ),
+    Axis(
+        "K",
+        "k",
+        (1, 2, 3, 4, 5),
+        "K: number of covariates given",
+        "K (covariates)",
+        "ordered",
+        2,
+        weights="k",
+    ),
+    Axis(
+        "C",
+        "c_label",
+        ("C1", "C2", "C3", "C4"),
+        "C: context and prediction lengths (C1 shortest)",
+        "C (context, prediction)",
+        "ordered",
+        5,
+        weights="contexts",
+    ),
+    Axis(
+        "ell",
+        "event_length",
+        (32, 64, 128, 256, 512),
+        "ℓ: event length [steps]",
+        "l (event length)",
+        "ordered",
+        4,
+        weights="event_lengths",
+    ),
+    Axis(
+        "E",
+        "e_setting",
+        ("Efew", "Emax"),
+        "E: history events (Efew: one; Emax: as many as fit)",
+        "E (events in history)",
+        "categorical",
+        3,
+        weights="e_settings",
+    ),
+)
+
+
+def table() -> tuple[Axis, ...]:
+    """The axes in the canonical order (simulator, future, K, C, l, E)."""
+    return AXES
+
+
+def axis(name: str) -> Axis:
+    """The axis of a user-facing name (``"K"``, ``"ell"``, ...)."""
+    for item in AXES:
+        if item.name == name:
+            return item
+    raise AxisError(f"unknown axis {name!r}; known: {[a.name for a in AXES]}")
+
+
+def axis_columns() -> dict[str, str]:
+    """Axis names as users write them -> the columns that hold them, canonical order."""
+    return {a.name: a.column for a in AXES}
+
+
+def pair_columns() -> list[str]:
+    """The columns naming a history (every axis but the future type), canonical order."""
+    return [a.column for a in AXES if a.per_pair]
+
+
+def strata() -> list[str]:
+    """The columns of a task's stratum: every axis, canonical order."""
+    return [a.column for a in AXES]
+
+
+def report_axes() -> tuple[Axis, ...]:
+    """The axes in the order the reports list them."""
+    return tuple(sorted(AXES, key=lambda a: a.report_rank))
+
+
+# Import-time copies for code that needs constants (the stream's fixed-size kernels, the corpus
+# file's provenance attributes); loops and lookups read ``axis()`` instead.
+FUTURES: tuple[str, ...] = axis("future").values
+K_VALUES: tuple[int, ...] = axis("K").values
+CONTEXT_LABELS: tuple[str, ...] = axis("C").values
+EVENT_LENGTHS: tuple[int, ...] = axis("ell").values
+E_SETTINGS: tuple[str, ...] = axis("E").values
+# Axis names as users write them -> the columns of the corpus index that hold them.
+AXIS_COLUMNS = axis_columns()
+MIN_GAP = 32
+PREFIX_SHARE = 0.40
+BUFFER_SHARE = 0.02
+MAX_EVENTS = 64
+FEWEST_EVENTS = 1
+
+
 def contexts(simulator: str) -> dict[str, tuple[int, int]]:
     """The four (context, prediction) lengths of a simulator, keyed C1..C4."""
     if simulator not in C4:
         raise AxisError(f"no C4 setting for simulator {simulator!r}; known: {sorted(C4)}")
-    return {**SHARED_CONTEXTS, "C4": C4[simulator]}
+    lengths = {**SHARED_CONTEXTS, "C4": C4[simulator]}
+    return {label: lengths[label] for label in axis("C").values}
 
 
 def prefix_length(context: int) -> int:
@@ -81,7 +203,7 @@ def event_count(context: int, event_length: int, setting: str) -> int:
         return FEWEST_EVENTS
     if setting == "Emax":
         return most_events(context, event_length)
-    raise AxisError(f"unknown E setting {setting!r}; expected one of {list(E_SETTINGS)}")
+    raise AxisError(f"unknown E setting {setting!r}; expected one of {list(axis('E').values)}")
 
 
 def extended_context(context: int, event_length: int, n_events: int) -> int:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from whatif_bench.errors import WhatIfError
+from whatif_bench.generator import axes
 from whatif_bench.generator.axes import FUTURES, HistoryLayout
 from whatif_bench.generator.fileformat import (
     DATA_DATASETS,
@@ -250,10 +251,10 @@ class Corpus:
             frames.append(frame)
         return pd.concat(frames, ignore_index=True) if frames else kept.iloc[0:0]
 
-    def filter(
-        self, simulator=None, target=None, future=None, K=None, C=None, ell=None, E=None
-    ) -> Corpus:
-        """A view restricted to the given axis values (each a value or a list of values)."""
+    def filter(self, target=None, **values) -> Corpus:
+        """A view restricted to the given values (each a value or a list of values) of the
+        target and of the axes, named as in the axis table: ``simulator``, ``future``, ``K``,
+        ``C``, ``ell``, ``E``. An unknown axis or future type is a ``CorpusError``."""
 
         def as_list(value):
             return (
@@ -262,26 +263,30 @@ class Corpus:
                 else (list(value) if isinstance(value, list | tuple | set) else [value])
             )
 
+        known = axes.axis_columns()
+        wrong = sorted(set(values) - set(known))
+        if wrong:
+            raise CorpusError(f"unknown axis {wrong}; filter by target or {list(known)}")
         pairs = self.pairs
-        for column, value in (
-            ("simulator", simulator),
-            ("target", target),
-            ("k", K),
-            ("c_label", C),
-            ("event_length", ell),
-            ("e_setting", E),
-        ):
-            values = as_list(value)
-            if values is not None:
-                pairs = pairs[pairs[column].isin(values)]
+        wanted = [("target", target)] + [
+            (a.column, values.get(a.name)) for a in axes.table() if a.per_pair
+        ]
+        for column, value in wanted:
+            chosen = as_list(value)
+            if chosen is not None:
+                pairs = pairs[pairs[column].isin(chosen)]
+        future = values.get("future")
         futures = (
             self.futures
             if future is None
             else tuple(f for f in self.futures if f in as_list(future))
         )
-        unknown = set(as_list(future) or []) - set(FUTURES)
+        known_futures = axes.axis("future").values
+        unknown = set(as_list(future) or []) - set(known_futures)
         if unknown:
-            raise CorpusError(f"unknown future type(s) {sorted(unknown)}; expected {list(FUTURES)}")
+            raise CorpusError(
+                f"unknown future type(s) {sorted(unknown)}; expected {list(known_futures)}"
+            )
         return Corpus(self.path, pairs.reset_index(drop=True), futures, self._h5)
 
     def __len__(self) -> int:
@@ -502,12 +507,8 @@ class Corpus:
         return Task(
             task_id=f"{row['pair_id']}/{future}",
             future=future,
-            simulator=row["simulator"],
             target=row["target"],
-            k=k,
-            c_label=row["c_label"],
-            event_length=int(row["event_length"]),
-            e_setting=row["e_setting"],
+            **recipe.key.axis_values(),
             covariates=covariates,
             units=units,
             interval_s=info["interval_s"],
@@ -538,14 +539,7 @@ class Corpus:
             int(row["event_length"]),
             tuple(int(s) for s in events["start"][e0 : e0 + n_events]),
         )
-        key = PairKey(
-            row["simulator"],
-            row["target"],
-            k,
-            row["c_label"],
-            int(row["event_length"]),
-            row["e_setting"],
-        )
+        key = PairKey.from_values(row["target"], row)
         return Recipe(
             key=key,
             layout=layout,

@@ -8,10 +8,13 @@ source event, then the Novel factors.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from whatif_bench.generator import axes
 from whatif_bench.generator.axes import HistoryLayout, layout
 from whatif_bench.generator.seeds import pair_rng
 from whatif_bench.relationships.engine import Relationship
@@ -28,6 +31,19 @@ class PairKey:
     c_label: str
     event_length: int
     e_setting: str
+
+    @classmethod
+    def from_values(cls, target: str, values: Mapping[str, Any]) -> PairKey:
+        """The key of one of ``target``'s histories from its axis values keyed by column (a row
+        of the corpus index will do), read and typed as the axis table says."""
+        return cls(
+            target=str(target),
+            **{a.column: type(a.values[0])(values[a.column]) for a in axes.table() if a.per_pair},
+        )
+
+    def axis_values(self) -> dict[str, Any]:
+        """The key's axis values keyed by column, in the axis table's order."""
+        return {a.column: getattr(self, a.column) for a in axes.table() if a.per_pair}
 
     @property
     def pair_id(self) -> str:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from whatif_bench.generator.axes import C4, E_SETTINGS, EVENT_LENGTHS, contexts, layout
+from whatif_bench.generator.axes import C4, axis, contexts, layout
 from whatif_bench.generator.types import GenerationError
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.source import RegistrySource
@@ -77,8 +77,8 @@ def longest_window(simulator: str) -> int:
     return max(
         layout(context, prediction, length, setting).window
         for context, prediction in contexts(simulator).values()
-        for length in EVENT_LENGTHS
-        for setting in E_SETTINGS
+        for length in axis("ell").values
+        for setting in axis("E").values
     )
 
 

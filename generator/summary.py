@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from whatif_bench.generator.axes import AXIS_COLUMNS
+from whatif_bench.generator import axes
 from whatif_bench.generator.corpus import Corpus
 
-AXES = {
-    axis: column for axis, column in AXIS_COLUMNS.items() if axis != "future"
-}  # futures share a pair
+
+def pair_axes() -> dict[str, str]:
+    """Axis name -> column of the axes ``whatif info`` counts by (futures share a pair)."""
+    return {a.name: a.column for a in axes.table() if a.per_pair}
 
 
 def summarise(corpus: Corpus) -> dict:
@@ -29,7 +30,7 @@ def summarise(corpus: Corpus) -> dict:
 
     by_axis = {
         axis: {str(value): counts(group) for value, group in pairs.groupby(column, sort=True)}
-        for axis, column in AXES.items()
+        for axis, column in pair_axes().items()
     }
     # a pair is kept or dropped as a whole, so each future type has one task per kept pair
     by_future = {future: counts(pairs, futures=1) for future in corpus.futures}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import itertools
 import signal
 import threading
 from collections.abc import Iterator
@@ -27,20 +28,18 @@ from whatif_bench.workers import default_jobs
 
 
 def pair_keys(relationship: Relationship) -> Iterator[tuple[PairKey, int, int]]:
-    """Every (pair key, context, prediction) of one target, in the canonical order."""
-    for k in range(1, relationship.max_k + 1):
-        for c_label, (context, prediction) in axes.contexts(relationship.simulator).items():
-            for event_length in axes.EVENT_LENGTHS:
-                for e_setting in axes.E_SETTINGS:
-                    key = PairKey(
-                        relationship.simulator,
-                        relationship.target,
-                        k,
-                        c_label,
-                        event_length,
-                        e_setting,
-                    )
-                    yield key, context, prediction
+    """Every (pair key, context, prediction) of one target, in the canonical order: the product
+    of the axis table's K (up to the target's ``max_k``), C, l and E values."""
+    ks = [k for k in axes.axis("K").values if k <= relationship.max_k]
+    lengths = axes.contexts(relationship.simulator)
+    for k, c_label, event_length, e_setting in itertools.product(
+        ks, lengths, axes.axis("ell").values, axes.axis("E").values
+    ):
+        key = PairKey(
+            relationship.simulator, relationship.target, k, c_label, event_length, e_setting
+        )
+        context, prediction = lengths[c_label]
+        yield key, context, prediction
 
 
 def build_pair(recipe: Recipe, relationship: Relationship, baseline: np.ndarray) -> PairResult:

@@ -55,11 +55,11 @@ def write_user_registry(h5, source: RegistrySource) -> None:
 
 def axes_description() -> dict:
     return {
-        "futures": list(axes.FUTURES),
-        "K": list(axes.K_VALUES),
+        "futures": list(axes.axis("future").values),
+        "K": list(axes.axis("K").values),
         "contexts": {sim: axes.contexts(sim) for sim in sorted(axes.C4)},
-        "event_lengths": list(axes.EVENT_LENGTHS),
-        "E_settings": list(axes.E_SETTINGS),
+        "event_lengths": list(axes.axis("ell").values),
+        "E_settings": list(axes.axis("E").values),
         "fewest_events": axes.FEWEST_EVENTS,
         "max_events": axes.MAX_EVENTS,
         "min_gap": axes.MIN_GAP,

@@ -238,12 +238,15 @@ TRAINING_WORLDS: dict[str, tuple[WorldSetting, ...]] = {
         WorldSetting(
             "sumo-demand-peaks-later",
             "sumo",
-            "both commuter peaks one hour later and 15 % lighter (1,700 veh/h)",
+            "both commuter peaks one hour later and 15 % lighter (1,700 veh/h), seed 11",
+            # Another seed too: up to 06:00 the profile is the benchmark's, so with its seed
+            # the first day's first six hours were the benchmark's, vehicle for vehicle.
             (
                 (
                     "profile",
                     ((0, 7, 120), (7, 10, 1700), (10, 17, 900), (17, 20, 1700), (20, 24, 500)),
                 ),
+                ("seed", 11),
             ),
         ),
     ),

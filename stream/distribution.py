@@ -21,15 +21,11 @@ class DistributionError(WhatIfError, ValueError):
     """An axis distribution is malformed or impossible."""
 
 
-CONTEXT_LABELS = ("C1", "C2", "C3", "C4")
-# Every axis's values in their canonical order (the order draws are made in).
-CANONICAL = {
-    "futures": axes.FUTURES,
-    "k": axes.K_VALUES,
-    "contexts": CONTEXT_LABELS,
-    "event_lengths": axes.EVENT_LENGTHS,
-    "e_settings": axes.E_SETTINGS,
-}
+CONTEXT_LABELS = axes.CONTEXT_LABELS
+# Every weighted axis's values in their canonical order (the order draws are made in), keyed by
+# its field below (the axis table's ``weights``). The stream's kernels size their tables by
+# these at import, so they are fixed once imported.
+CANONICAL = {a.weights: a.values for a in axes.table() if a.weights is not None}
 
 
 def _uniform(values) -> dict:

@@ -5,6 +5,7 @@ The stream draws from the shipped EPANET and GridLAB-D baselines given as explic
 tests/test_stream.py does); the corpus is a small one generated from the shipped baselines.
 """
 
+# ruff: noqa: E402  (the train extra is checked for before the imports that need it)
 from __future__ import annotations
 
 import itertools
@@ -13,9 +14,11 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+# the train extra (in .venv); .venv-export only collects this module (its tests are not gluonts)
+torch = pytest.importorskip("torch", reason="needs the train extra (torch)")
 from torch.utils.data import DataLoader
 
 from tests.conftest import small_corpus

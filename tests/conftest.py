@@ -50,3 +50,19 @@ def small_corpus(folder, targets: tuple[str, ...], seed: int = 0):
         jobs=1,
     )
     return generate(config, progress=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forget_user_forms_after_each_module():
+    """User forms live in process-wide tables: what a test module registers is forgotten when
+    it ends, so a later module may load the same forms module from another path."""
+    from whatif_bench.relationships import plugins
+    from whatif_bench.relationships.forms import EFFECTS, FORMS
+
+    forms, effects = set(FORMS), set(EFFECTS)
+    loaded, origins = set(plugins._loaded), dict(plugins._origins)
+    yield
+    plugins._forget_new_forms(forms, effects)
+    plugins._loaded.intersection_update(loaded)
+    for key in set(plugins._origins) - set(origins):
+        del plugins._origins[key]

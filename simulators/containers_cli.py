@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument(
         "--repo",
         default=".",
-        help="repository root holding docker/ (default: the current folder)",
+        help="repository root holding docker/ (default: ., the current folder)",
     )
     build.add_argument("--logs", help="folder for one build log per image (default: none kept)")
     build.set_defaults(handler=_build)

@@ -95,7 +95,7 @@ def test_simulate_container_writes_the_host_runs_file(engine, built, tmp_path):
     host, inside = tmp_path / "host.h5", tmp_path / "inside.h5"
     assert (
         run_whatif(
-            "simulate", "--simulator", "sumo", "--days", "0.25", "--out", str(host)
+            "simulate", "--simulator", "sumo", "--days", "0.5", "--out", str(host)
         ).returncode
         == 0
     )
@@ -104,7 +104,7 @@ def test_simulate_container_writes_the_host_runs_file(engine, built, tmp_path):
         "--simulator",
         "sumo",
         "--days",
-        "0.25",
+        "0.5",
         "--container",
         engine.name,
         "--out",
@@ -154,13 +154,13 @@ def test_a_missing_image_is_one_error_line(engine, tmp_path):
 
 
 def test_the_toolkit_images_numba_cache_is_warm(engine, built):
-    # a one-target corpus again: every kernel loads from the cache, none is written anew
+    # a one-target corpus again: every kernel loads from the cache, no cache file is written
+    listing = "find /opt/numba-cache -type f -printf '%p %s %T@\\n' | sort"
     script = (
-        "ls -lR --time-style=+%s /opt/numba-cache > /tmp/before && "
+        f"{listing} > /tmp/before && "
         "whatif generate --simulators epanet --targets epanet/pressure_10 --jobs 1 "
         "--out /tmp/c.h5 >/dev/null 2>&1 && "
-        "ls -lR --time-style=+%s /opt/numba-cache > /tmp/after && "
-        "grep -c nbc /tmp/before && cmp /tmp/before /tmp/after"
+        f"{listing} > /tmp/after && grep -c '[.]nbc ' /tmp/before && cmp /tmp/before /tmp/after"
     )
     result = subprocess.run(
         [
@@ -179,4 +179,4 @@ def test_the_toolkit_images_numba_cache_is_warm(engine, built):
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert int(result.stdout.split()[0]) >= 10  # cached kernel files
+    assert int(result.stdout.split()[0]) >= 9  # the cached kernels of relationships/_kernels.py

@@ -16,11 +16,16 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from whatif_bench._version import __version__
 from whatif_bench.errors import WhatIfError
+
+if TYPE_CHECKING:  # the store imports numpy and h5py; the command line reads this module
+    from whatif_bench.simulators.base import Baselines
 
 ENGINES = ("docker", "podman")
 IMAGES = ("epanet", "sumo", "gridlabd", "opendc", "toolkit")
@@ -183,7 +188,7 @@ def image_size(engine: Engine, ref: str) -> int:
 
 
 def run_whatif(
-    engine: Engine, ref: str, args: list[str], mounts: list[tuple[str, str, bool]] = ()
+    engine: Engine, ref: str, args: list[str], mounts: Sequence[tuple[str, str, bool]] = ()
 ) -> str:
     """Run ``whatif ARGS`` in image ``ref`` (never pulled), as the calling user; its stdout.
 
@@ -217,7 +222,7 @@ def run_in_image(
     days: float | None = None,
     trace: str | None = None,
     image: str | None = None,
-):
+) -> Baselines:
     """Run ``whatif simulate`` for ``simulator`` inside its image; the ``Baselines`` it wrote.
 
     ``image`` overrides the default ``whatif-<simulator>:<version>``. The file is read back

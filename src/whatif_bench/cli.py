@@ -42,6 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
             "worlds", help="training worlds: real simulator runs the benchmark never uses"
         )
     )
+    from whatif_bench.simulators import containers_cli
+
+    containers_cli.add_arguments(
+        subparsers.add_parser(
+            "images", help="build the container images and check them against the host runs"
+        )
+    )
     from whatif_bench.generator import cli as gen_cli
 
     gen_cli.add_arguments(subparsers)

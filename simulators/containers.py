@@ -1,0 +1,329 @@
+"""The toolkit's container images: build them, run a simulator inside one, check it against the host.
+
+One image per simulator (``docker/<simulator>/Dockerfile``) plus the toolkit image
+(``docker/toolkit/Dockerfile``), each with ``whatif`` as its entry point, built by Docker or by
+podman (docs/CONTAINERS.md). ``run_in_image`` runs ``whatif simulate`` inside a simulator's image
+and reads back the baselines it wrote; ``check_image`` runs the same simulation on the host and
+inside the image and requires equal content hashes. Every failure is one ``ContainerError``
+line naming the image and the step (engine look-up, build, ``--version``, simulate, compare).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from whatif_bench._version import __version__
+from whatif_bench.errors import WhatIfError
+
+if TYPE_CHECKING:  # the store imports numpy and h5py; the command line reads this module
+    from whatif_bench.simulators.base import Baselines
+
+ENGINES = ("docker", "podman")
+IMAGES = ("epanet", "sumo", "gridlabd", "opendc", "toolkit")
+# pip settings a build passes on to the image's pip when the host sets them (PIP_CERT apart: a
+# host path, mounted into podman builds, see ``pip_build_options``)
+PIP_SETTINGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT")
+CA_IN_BUILD = "/run/host-ca.crt"
+ENGINE_TIMEOUT_S = 60.0
+RLIMIT_HINT = (
+    " (podman's runtime cannot set resource limits here: export "
+    "CONTAINERS_CONF=docker/podman-runc.conf, see docs/CONTAINERS.md)"
+)
+OPENDC_NOTE = (
+    "the OpenDC image is layered over an image that runs OpenDC (--opendc-image), and none is "
+    "available: no package index or registry this project reaches serves OpenDC"
+)
+
+
+class ContainerError(WhatIfError):
+    """No usable container engine, or an image that fails to build, to run or to match the host."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A working container engine: ``docker`` (with an answering daemon) or ``podman``."""
+
+    name: str
+    path: str
+
+    def image_ref(self, image: str) -> str:
+        """The reference of a locally built ``image`` (podman names them ``localhost/...``)."""
+        if self.name == "podman" and "/" not in image.split(":")[0]:
+            return f"localhost/{image}"
+        return image
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """One image as built: its reference, build time (s) and size (bytes, as the engine reports)."""
+
+    ref: str
+    seconds: float
+    size_bytes: int
+
+
+def image_name(image: str) -> str:
+    """The tag an image is built under: ``whatif-<image>:<toolkit version>``."""
+    if image not in IMAGES:
+        raise ContainerError(f"unknown image {image!r}; expected one of {list(IMAGES)}")
+    return f"whatif-{image}:{__version__}"
+
+
+def find_engine(name: str | None = None) -> Engine:
+    """The engine ``name`` (``docker`` or ``podman``), or the first that works, docker first.
+
+    A docker client whose daemon does not answer does not count: ``docker info`` must succeed.
+    """
+    names = [name] if name else list(ENGINES)
+    problems = []
+    for candidate in names:
+        if candidate not in ENGINES:
+            raise ContainerError(
+                f"unknown container engine {candidate!r}; expected docker or podman"
+            )
+        path = shutil.which(candidate)
+        if path is None:
+            problems.append(f"{candidate} is not installed")
+            continue
+        try:
+            probe = subprocess.run(
+                [path, "info"], capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problems.append(f"`{candidate} info` failed ({exc})")
+            continue
+        if probe.returncode == 0:
+            return Engine(candidate, path)
+        problems.append(f"`{candidate} info` failed: {_last_error(probe.stderr)}")
+    raise ContainerError(
+        "no container engine found: "
+        + "; ".join(problems)
+        + " (install Docker or podman; docs/CONTAINERS.md)"
+    )
+
+
+def pip_build_options(engine: Engine, environ: dict[str, str] | None = None) -> list[str]:
+    """Build options passing the host's pip settings, only those that are set.
+
+    ``PIP_CERT`` names a host file: podman mounts it into the build and points pip at it (a
+    proxy's certificate authority); ``docker build`` cannot mount host files, so it is left out.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    options = []
+    for key in PIP_SETTINGS:
+        if environ.get(key):
+            options += ["--build-arg", f"{key}={environ[key]}"]
+    cert = environ.get("PIP_CERT")
+    if cert and engine.name == "podman" and Path(cert).is_file():
+        options += ["-v", f"{cert}:{CA_IN_BUILD}:ro", "--build-arg", f"PIP_CERT={CA_IN_BUILD}"]
+    return options
+
+
+def build_image(
+    engine: Engine,
+    image: str,
+    repo: str | os.PathLike,
+    base: str | None = None,
+    opendc_image: str | None = None,
+    log: str | os.PathLike | None = None,
+) -> BuiltImage:
+    """Build ``docker/<image>/Dockerfile`` from the repository root ``repo``.
+
+    ``base`` replaces the default base image (``--build-arg BASE``); the OpenDC image needs
+    ``opendc_image``. The build's output goes to ``log`` (default: a temporary file, removed).
+    """
+    repo = Path(repo)
+    dockerfile = repo / "docker" / image / "Dockerfile"
+    ref = engine.image_ref(image_name(image))
+    if not dockerfile.is_file():
+        raise ContainerError(f"image {ref}: no Dockerfile at {dockerfile}")
+    if image == "opendc" and not opendc_image:
+        raise ContainerError(f"image {ref}: cannot build: {OPENDC_NOTE}")
+    command = [engine.path, "build", "--network", "host", "-f", str(dockerfile), "-t", ref]
+    command += pip_build_options(engine)
+    if base:
+        command += ["--build-arg", f"BASE={base}"]
+    if opendc_image:
+        command += ["--build-arg", f"OPENDC_IMAGE={opendc_image}"]
+    command.append(str(repo))
+    with tempfile.TemporaryDirectory(prefix="whatif-build-") as tmp:
+        log_path = Path(log) if log else Path(tmp) / "build.log"
+        started = time.perf_counter()
+        with open(log_path, "w") as stream:
+            try:
+                result = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT)
+            except OSError as exc:
+                raise ContainerError(f"image {ref}: cannot start {engine.name}: {exc}") from None
+        seconds = time.perf_counter() - started
+        if result.returncode != 0:
+            text = log_path.read_text(errors="replace")
+            raise ContainerError(
+                f"image {ref}: build failed at step {_failed_step(text)!r} "
+                f"(exit {result.returncode}): {_last_error(text)}"
+                + (f" (full log: {log})" if log else "")
+                + _hint(engine, text)
+            )
+    return BuiltImage(ref, seconds, image_size(engine, ref))
+
+
+def image_size(engine: Engine, ref: str) -> int:
+    """The size of image ``ref`` in bytes, as ``<engine> image inspect`` reports it."""
+    result = subprocess.run(
+        [engine.path, "image", "inspect", "--format", "{{.Size}}", ref],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0 or not result.stdout.strip().isdigit():
+        raise ContainerError(f"image {ref}: not found ({_last_error(result.stderr)})")
+    return int(result.stdout.strip())
+
+
+def run_whatif(
+    engine: Engine, ref: str, args: list[str], mounts: Sequence[tuple[str, str, bool]] = ()
+) -> str:
+    """Run ``whatif ARGS`` in image ``ref`` (never pulled), as the calling user; its stdout.
+
+    ``mounts`` are (host path, container path, read-only) triples. The container has no
+    network: nothing a simulation does needs one.
+    """
+    command = [engine.path, "run", "--rm", "--pull", "never", "--network", "none"]
+    if engine.name == "podman" and os.geteuid() != 0:
+        command += ["--userns", "keep-id"]  # rootless: the caller's uid inside and out
+    else:
+        command += ["--user", f"{os.getuid()}:{os.getgid()}", "--env", "HOME=/tmp"]
+    for host, inside, read_only in mounts:
+        command += ["--volume", f"{host}:{inside}" + (":ro" if read_only else "")]
+    command += [ref, *args]
+    step = "whatif " + " ".join(args)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True)
+    except OSError as exc:
+        raise ContainerError(f"image {ref}: cannot start {engine.name}: {exc}") from None
+    if result.returncode != 0:
+        raise ContainerError(
+            f"image {ref}: step {step!r} failed (exit {result.returncode}): "
+            f"{_last_error(result.stderr)}" + _hint(engine, result.stderr)
+        )
+    return result.stdout
+
+
+def run_in_image(
+    engine: Engine,
+    simulator: str,
+    days: float | None = None,
+    trace: str | None = None,
+    image: str | None = None,
+) -> Baselines:
+    """Run ``whatif simulate`` for ``simulator`` inside its image; the ``Baselines`` it wrote.
+
+    ``image`` overrides the default ``whatif-<simulator>:<version>``. The file is read back
+    with the store's checks (every content hash recomputed).
+    """
+    from whatif_bench.simulators.store import read_baselines
+
+    ref = engine.image_ref(image or image_name(simulator))
+    args = ["simulate", "--simulator", simulator, "--out", f"/out/{simulator}.h5"]
+    if days is not None:
+        args += ["--days", repr(float(days))]
+    with tempfile.TemporaryDirectory(prefix="whatif-container-") as tmp:
+        mounts = [(tmp, "/out", False)]
+        if trace is not None:
+            mounts.append((str(Path(trace).resolve()), "/trace", True))
+            args += ["--trace", "/trace"]
+        run_whatif(engine, ref, args, mounts)
+        path = Path(tmp) / f"{simulator}.h5"
+        if not path.is_file():
+            raise ContainerError(f"image {ref}: step 'whatif simulate' wrote no {path.name}")
+        return read_baselines(path)[simulator]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One image checked against the host: version line and the two content hashes."""
+
+    ref: str
+    simulator: str
+    version: str
+    host_hash: str
+    image_hash: str
+    host_seconds: float
+    image_seconds: float
+
+
+def check_image(
+    engine: Engine,
+    simulator: str,
+    days: float,
+    trace: str | None = None,
+    image: str | None = None,
+) -> Check:
+    """``whatif --version`` in an image (default: the simulator's own), then the same run of
+    ``simulator`` on the host and in the image: their content hashes must be equal."""
+    from whatif_bench.simulators.catalog import get_simulator
+
+    image = image or simulator
+    ref = engine.image_ref(image_name(image))
+    version = run_whatif(engine, ref, ["--version"]).strip()
+    if version != f"whatif-bench {__version__}":
+        raise ContainerError(
+            f"image {ref}: step 'whatif --version' printed {version!r}, "
+            f"expected 'whatif-bench {__version__}' (rebuild the image)"
+        )
+    options: dict = {"days": days}
+    if simulator == "opendc":
+        options["trace"] = trace
+    started = time.perf_counter()
+    host = get_simulator(simulator).runner()(**options)
+    host_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    inside = run_in_image(engine, simulator, days, trace, image=image_name(image))
+    image_seconds = time.perf_counter() - started
+    if inside.content_hash() != host.content_hash():
+        raise ContainerError(
+            f"image {ref}: step 'compare with the host run' failed: the {simulator} run of "
+            f"{days:g} days differs from the host's (content hash {inside.content_hash()[:12]} "
+            f"in the image, {host.content_hash()[:12]} on the host)"
+        )
+    return Check(
+        ref,
+        simulator,
+        version,
+        host.content_hash(),
+        inside.content_hash(),
+        host_seconds,
+        image_seconds,
+    )
+
+
+def _hint(engine: Engine, output: str) -> str:
+    """What to do about a podman that cannot set resource limits (crun on these machines)."""
+    if engine.name == "podman" and "rlimit" in output.lower():
+        return RLIMIT_HINT
+    return ""
+
+
+def _last_error(text: str) -> str:
+    """The most telling line of an engine's or whatif's output: its last ``error`` line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.search(r"\berror\b", line, re.IGNORECASE):
+            return line
+    return lines[-1] if lines else "no output"
+
+
+def _failed_step(text: str) -> str:
+    """The last build step a build log started (podman's ``STEP n/m:``, BuildKit's ``#n [...]``)."""
+    steps = re.findall(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: (.*)$|^#\d+ \[[^\]]+\] (.*)$", text, re.M)
+    if not steps:
+        return "start"
+    step = next(part for part in steps[-1] if part)
+    return step if len(step) <= 120 else step[:117] + "..."

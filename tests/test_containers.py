@@ -1,0 +1,182 @@
+"""The ``containers`` tier: every image built for real with podman or Docker, ``whatif
+--version`` and a short simulation run in each, the content hash equal to the host run's.
+
+Run on request only (``bash dev test -m containers``; ``bash dev images`` prepares a machine
+without Docker). It skips, saying why, when no engine works; OpenDC's image is skipped because
+no image that runs OpenDC exists here (docs/CONTAINERS.md). Builds reuse the engine's layer
+cache, so a second run takes about a minute plus the simulations.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_whatif
+from whatif_bench._version import __version__
+from whatif_bench.simulators import containers
+from whatif_bench.simulators.containers import ContainerError
+from whatif_bench.simulators.containers_cli import CHECKED
+from whatif_bench.simulators.store import read_baselines
+
+pytestmark = pytest.mark.containers
+
+REPO = Path(__file__).resolve().parents[1]
+LOCAL_BASE = "localhost/debian-base:bookworm"  # made by docker/build-local.sh
+DAYS = 0.5
+BUILT = [image for image in containers.IMAGES if image != "opendc"]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    if "CONTAINERS_CONF" not in os.environ and shutil.which("runc"):
+        # podman's settings for machines whose crun cannot set limits (docs/CONTAINERS.md)
+        os.environ["CONTAINERS_CONF"] = str(REPO / "docker" / "podman-runc.conf")
+    try:
+        return containers.find_engine()
+    except ContainerError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def base(engine):
+    """The local Debian base when there is one (no registry here), else the Dockerfiles' own."""
+    probe = subprocess.run(
+        [engine.path, "image", "inspect", LOCAL_BASE], capture_output=True, text=True
+    )
+    return LOCAL_BASE if probe.returncode == 0 else None
+
+
+@pytest.fixture(scope="module")
+def built(engine, base, tmp_path_factory):
+    """Every image but OpenDC's, built once for the module: image -> BuiltImage."""
+    logs = tmp_path_factory.mktemp("build-logs")
+    return {
+        image: containers.build_image(engine, image, REPO, base, log=logs / f"{image}.log")
+        for image in BUILT
+    }
+
+
+def test_the_opendc_image_says_why_it_cannot_be_built(engine):
+    with pytest.raises(ContainerError, match=r"whatif-opendc:.*cannot build: .*serves OpenDC"):
+        containers.build_image(engine, "opendc", REPO)
+
+
+@pytest.mark.parametrize("image", BUILT)
+def test_image_is_built_and_runs_as_a_non_root_user(engine, built, image):
+    ref = built[image].ref
+    assert built[image].size_bytes > 100e6
+    assert (
+        containers.run_whatif(engine, ref, ["--version"]).strip() == f"whatif-bench {__version__}"
+    )
+    # the image's own user, not the caller's (run_whatif passes --user)
+    result = subprocess.run(
+        [engine.path, "run", "--rm", "--pull", "never", "--entrypoint", "id", ref, "-u"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.stdout.strip() == "10001", result.stderr
+
+
+PAIRS = [(image, simulator) for image in BUILT for simulator in CHECKED[image]]
+
+
+@pytest.mark.parametrize(("image", "simulator"), PAIRS, ids=[f"{i}-{s}" for i, s in PAIRS])
+def test_simulation_in_the_image_equals_the_host_run(engine, built, image, simulator):
+    check = containers.check_image(engine, simulator, DAYS, image=image)
+    assert check.image_hash == check.host_hash
+
+
+def test_simulate_container_writes_the_host_runs_file(engine, built, tmp_path):
+    host, inside = tmp_path / "host.h5", tmp_path / "inside.h5"
+    assert (
+        run_whatif(
+            "simulate", "--simulator", "sumo", "--days", "0.5", "--out", str(host)
+        ).returncode
+        == 0
+    )
+    result = run_whatif(
+        "simulate",
+        "--simulator",
+        "sumo",
+        "--days",
+        "0.5",
+        "--container",
+        engine.name,
+        "--out",
+        str(inside),
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        read_baselines(inside)["sumo"].content_hash() == read_baselines(host)["sumo"].content_hash()
+    )
+    assert inside.stat().st_uid == os.getuid()
+
+
+def test_a_run_that_differs_from_the_host_is_one_error_line(engine, built, monkeypatch):
+    # the host side runs a different length: the image's run no longer matches it
+    from whatif_bench.simulators import epanet
+
+    real = epanet.run
+    monkeypatch.setattr(epanet, "run", lambda days, **kw: real(days=days * 2, **kw))
+    with pytest.raises(
+        ContainerError,
+        match=r"^image \S*whatif-epanet:\S+: step 'compare with the host run' failed: "
+        r"the epanet run of 0.5 days differs from the host's \(content hash \w{12} in the "
+        r"image, \w{12} on the host\)$",
+    ):
+        containers.check_image(engine, "epanet", DAYS)
+
+
+def test_a_build_that_fails_names_the_image_and_the_step(engine, base, tmp_path):
+    (tmp_path / "docker" / "sumo").mkdir(parents=True)
+    (tmp_path / "docker" / "sumo" / "Dockerfile").write_text(
+        "ARG BASE=python:3.11-slim\nFROM ${BASE}\nRUN echo building && exit 3\n"
+    )
+    with pytest.raises(ContainerError) as info:
+        containers.build_image(engine, "sumo", tmp_path, base)
+    message = str(info.value)
+    assert message.startswith(
+        f"image {engine.image_ref('whatif-sumo:' + __version__)}: build failed"
+    )
+    assert "step 'RUN echo building && exit 3'" in message and "\n" not in message
+
+
+def test_a_missing_image_is_one_error_line(engine, tmp_path):
+    with pytest.raises(
+        ContainerError, match=r"^image \S*whatif-nothing:1: step 'whatif --version' failed"
+    ):
+        containers.run_whatif(engine, engine.image_ref("whatif-nothing:1"), ["--version"])
+
+
+def test_the_toolkit_images_numba_cache_is_warm(engine, built):
+    # a one-target corpus again: every kernel loads from the cache, no cache file is written
+    listing = "find /opt/numba-cache -type f -printf '%p %s %T@\\n' | sort"
+    script = (
+        f"{listing} > /tmp/before && "
+        "whatif generate --simulators epanet --targets epanet/pressure_10 --jobs 1 "
+        "--out /tmp/c.h5 >/dev/null 2>&1 && "
+        f"{listing} > /tmp/after && grep -c '[.]nbc ' /tmp/before && cmp /tmp/before /tmp/after"
+    )
+    result = subprocess.run(
+        [
+            engine.path,
+            "run",
+            "--rm",
+            "--pull",
+            "never",
+            "--entrypoint",
+            "sh",
+            built["toolkit"].ref,
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert int(result.stdout.split()[0]) >= 9  # the cached kernels of relationships/_kernels.py

@@ -16,11 +16,9 @@ output, ``write_folder`` writes ``diagnostics.csv``, ``pairs.csv``, one PNG per 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import shutil
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -409,14 +407,6 @@ def targets_frame(report: Diagnostics) -> pd.DataFrame:
 
 
 # ---- the output folder --------------------------------------------------------------------
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
 def check_out_folder(out: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()) -> Path:
     """The absolute ``--out`` folder, refused before any work when unusable: an existing file,
     a symbolic link, the root, one of ``inputs``, or a non-empty folder that is not an earlier
@@ -442,42 +432,21 @@ def write_folder(
     (an earlier report there is replaced only then): ``diagnostics.csv``, ``pairs.csv``,
     ``plots/<simulator>.png``, ``plots/overview.png`` and, last, ``diagnostics.json``."""
     from whatif_bench.generator.diagnostics_plot import plot_overview, plot_simulator
-    from whatif_bench.outputs import OutputError, _describe, output_lock, temporary_path
+    from whatif_bench.outputs import atomic_folder
 
     inputs = list(inputs)
     path = check_out_folder(out, inputs)
-    with output_lock(path):
-        path = check_out_folder(out, inputs)
-        for stale in path.parent.glob(f".{path.name}.partial-*"):
-            _remove(stale)
-        for stale in path.parent.glob(f".{path.name}.old-*"):
-            _remove(stale)
-        tmp = temporary_path(path)
-        old = path.with_name(f".{path.name}.old-{os.getpid()}")
-        try:
-            (tmp / "plots").mkdir(parents=True)
-            targets_frame(report).to_csv(tmp / "diagnostics.csv", index=False)
-            report.pairs.to_csv(tmp / "pairs.csv", index=False)
-            for simulator in dict.fromkeys(t["simulator"] for t in report.targets):
-                plot_simulator(report, simulator, tmp / "plots" / f"{simulator}.png")
-            if report.targets:
-                plot_overview(report, tmp / "plots" / "overview.png")
-            text = json.dumps(report.as_dict(), indent=1, allow_nan=False) + "\n"
-            with open(tmp / MARKER, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            if path.exists():
-                os.replace(path, old)
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise OutputError(_describe(exc, path)) from None
-        finally:
-            if tmp.exists():
-                _remove(tmp)
-            if old.exists() and path.exists():
-                _remove(old)
-            elif old.exists():  # the new folder could not be renamed in: put the old one back
-                with contextlib.suppress(OSError):
-                    os.replace(old, path)
+    with atomic_folder(path, lambda: check_out_folder(out, inputs)) as tmp:
+        (tmp / "plots").mkdir()
+        targets_frame(report).to_csv(tmp / "diagnostics.csv", index=False)
+        report.pairs.to_csv(tmp / "pairs.csv", index=False)
+        for simulator in dict.fromkeys(t["simulator"] for t in report.targets):
+            plot_simulator(report, simulator, tmp / "plots" / f"{simulator}.png")
+        if report.targets:
+            plot_overview(report, tmp / "plots" / "overview.png")
+        text = json.dumps(report.as_dict(), indent=1, allow_nan=False) + "\n"
+        with open(tmp / MARKER, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
     return path

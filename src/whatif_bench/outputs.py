@@ -242,40 +242,26 @@ def stale_temporaries(out: Path) -> list[Path]:
     return [p for p in out.parent.iterdir() if p.name.startswith(prefixes)]
 
 
-def write_folder(
-    out: Path,
-    overwrite: bool,
-    fill: Callable[[Path], dict[str, Any]],
-    what: str = "whatif output folder",
-) -> Path:
-    """Write the folder ``out`` atomically: ``fill(tmp)`` writes its files into the empty
-    temporary folder ``tmp`` and returns the manifest; returns ``out``.
+@contextlib.contextmanager
+def atomic_folder(out: Path, check: Callable[[], object]) -> Iterator[Path]:
+    """Yield an empty temporary folder that becomes ``out`` when the block ends without error.
 
-    Under ``output_lock(out)``: ``out`` is checked again (``check_folder_output``), temporaries
-    of killed runs are removed, ``fill`` runs, ``manifest.json`` (the returned dict plus
-    ``files``, the size and SHA-256 of every file) is written and synced last, and the folder
-    is renamed to ``out``. An existing ``out`` (``overwrite``) is moved aside first and removed
-    once the new one is in place, or put back if it cannot be. On any failure (Ctrl-C
-    included) the temporary folder is removed and ``out`` is left as it was; ``OSError``
-    (disk full, read-only folder) becomes one ``OutputError``.
+    Under ``output_lock(out)``: ``check()`` runs (it raises if ``out`` may not be written),
+    temporaries of killed runs are removed, the block fills the temporary folder, and it is
+    renamed to ``out``. An existing ``out`` is moved aside first and removed once the new one
+    is in place, or put back if it cannot be. On any failure (Ctrl-C included) the temporary
+    folder is removed and ``out`` is left as it was; ``OSError`` (disk full, read-only folder)
+    becomes one ``OutputError``.
     """
     with output_lock(out):
-        check_folder_output(out, overwrite, what)
+        check()
         for stale in stale_temporaries(out):
             remove_path(stale)
         tmp = temporary_path(out)
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         try:
             tmp.mkdir()
-            manifest = dict(fill(tmp))
-            manifest["files"] = file_hashes(tmp)
-            text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
-            partial = tmp / f".{MANIFEST}.tmp"
-            with open(partial, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(partial, tmp / MANIFEST)
+            yield tmp
             if out.exists():
                 os.replace(out, old)
             os.replace(tmp, out)
@@ -289,4 +275,29 @@ def write_folder(
             elif old.exists():  # the new folder could not be renamed in: put the old one back
                 with contextlib.suppress(OSError):
                     os.replace(old, out)
+
+
+def write_folder(
+    out: Path,
+    overwrite: bool,
+    fill: Callable[[Path], dict[str, Any]],
+    what: str = "whatif output folder",
+) -> Path:
+    """Write the folder ``out`` atomically (``atomic_folder``): ``fill(tmp)`` writes its files
+    into the empty temporary folder ``tmp`` and returns the manifest; returns ``out``.
+
+    ``out`` is checked again under the lock (``check_folder_output``); ``manifest.json`` (the
+    returned dict plus ``files``, the size and SHA-256 of every file) is written and synced
+    last, just before the rename.
+    """
+    with atomic_folder(out, lambda: check_folder_output(out, overwrite, what)) as tmp:
+        manifest = dict(fill(tmp))
+        manifest["files"] = file_hashes(tmp)
+        text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
+        partial = tmp / f".{MANIFEST}.tmp"
+        with open(partial, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, tmp / MANIFEST)
     return out

@@ -11,7 +11,8 @@ five: every per-axis table groups by it too. Read the table through ``axis(name)
 ``table()`` at call time (not through import-time copies), so a patched table reaches every
 consumer.
 
-Context/prediction lengths: C1-C3 are shared; C4 is per simulator and fits its baseline. The
+Context/prediction lengths: C1-C3 are shared; C4 is per simulator, fits its baseline and is
+declared in its spec header (``c4``). The
 layout of a history of context length ``C``: an event-free prefix of at least 40 % of ``C``,
 events of length ``l`` each followed by at least 32 event-free steps, an event-free buffer of at
 least 2 % of ``C``. Events are spread evenly: the slack is shared out equally after each event.
@@ -28,12 +29,10 @@ from typing import Literal
 from whatif_bench.errors import WhatIfError
 
 SHARED_CONTEXTS = {"C1": (1024, 128), "C2": (2048, 256), "C3": (4096, 512)}
-C4 = {
-    "epanet": (8000, 864),  # baseline 9,216 steps of 300 s
-    "sumo": (7488, 864),  # baseline 8,640 steps of 300 s: 26 days of context, 3 days ahead
-    "opendc": (7488, 864),  # baseline 8,640 steps of 300 s
-    "gridlabd": (7200, 720),  # baseline 20,160 steps of 60 s: 5 days of context, 12 h ahead
-}
+# The simulators the toolkit ships. Each simulator's C4 (context, prediction) pair fits its own
+# baseline, so it lives in the simulator's spec header (``c4 = [context, prediction]``) and
+# reaches the generator as ``Relationship.c4``; a user spec file adds a simulator with its own.
+SHIPPED_SIMULATORS = ("epanet", "sumo", "opendc", "gridlabd")
 
 
 class AxisError(WhatIfError):
@@ -59,7 +58,7 @@ AXES: tuple[Axis, ...] = (
     Axis(
         "simulator",
         "simulator",
-        tuple(C4),
+        SHIPPED_SIMULATORS,  # spec files add simulators; no consumer enumerates this axis
         "simulator",
         "simulator",
         "categorical",
@@ -168,11 +167,10 @@ MAX_EVENTS = 64
 FEWEST_EVENTS = 1
 
 
-def contexts(simulator: str) -> dict[str, tuple[int, int]]:
-    """The four (context, prediction) lengths of a simulator, keyed C1..C4."""
-    if simulator not in C4:
-        raise AxisError(f"no C4 setting for simulator {simulator!r}; known: {sorted(C4)}")
-    lengths = {**SHARED_CONTEXTS, "C4": C4[simulator]}
+def contexts(c4: tuple[int, int]) -> dict[str, tuple[int, int]]:
+    """The four (context, prediction) lengths of a simulator whose C4 pair (its spec header's
+    ``c4``, ``Relationship.c4``) is ``c4``, keyed C1..C4, in steps."""
+    lengths = {**SHARED_CONTEXTS, "C4": (int(c4[0]), int(c4[1]))}
     return {label: lengths[label] for label in axis("C").values}
 
 

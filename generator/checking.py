@@ -60,7 +60,7 @@ def _same_recipe(a, b) -> bool:
     )
 
 
-def _check_counts(corpus: Corpus, report: VerifyReport) -> None:
+def _check_counts(corpus: Corpus, registry, report: VerifyReport) -> None:
     """The count attributes equal the index; the format version and axes are this toolkit's."""
     attrs, kept = corpus.attrs, corpus.pairs["kept"].to_numpy(dtype=bool)
     expected = {
@@ -76,7 +76,7 @@ def _check_counts(corpus: Corpus, report: VerifyReport) -> None:
                 f"attribute {name}: stored {attrs.get(name)!r}, expected {value}"
             )
     stored_axes = attrs.get("axes")
-    if stored_axes != json.dumps(axes_description(), sort_keys=True):
+    if stored_axes != json.dumps(axes_description(registry), sort_keys=True):
         report.problems.append("attribute axes: differs from the axes this toolkit generates with")
 
 
@@ -291,7 +291,7 @@ def _verify(
             "version or edited spec files; the pairs were rebuilt with this registry)"
         )
     seed = int(corpus.attrs["master_seed"])
-    _check_counts(corpus, report)
+    _check_counts(corpus, registry, report)
     _check_config(corpus, report)
     _check_finite(corpus, report)
     _check_baselines(corpus, registry, given, report)
@@ -342,7 +342,7 @@ def _verify(
                     f"{pair_id}: the pair id does not match its axes ({stored.key.pair_id})"
                 )
                 continue
-            context, prediction = contexts(row["simulator"])[row["c_label"]]
+            context, prediction = contexts(relationship.c4)[row["c_label"]]
             drawn = draw_recipe(
                 stored.key, relationship, context, prediction, baselines[key].size, seed
             )

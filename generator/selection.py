@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from whatif_bench.generator.axes import C4, axis, contexts, layout
+from whatif_bench.generator.axes import axis, contexts, layout
 from whatif_bench.generator.types import GenerationError
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.source import RegistrySource
@@ -58,8 +58,6 @@ def select_targets(
         raise GenerationError("the selection is empty: no target has baselines to build tasks from")
     selection = []
     for rel in available:
-        if rel.simulator not in C4:
-            raise GenerationError(f"simulator {rel.simulator!r} has no C4 axis setting")
         item = baselines[rel.simulator]
         if rel.target not in item.series:
             raise GenerationError(
@@ -68,23 +66,26 @@ def select_targets(
         _check_fits_float32(config.baselines, rel.simulator, rel.target, item.series[rel.target])
         selection.append((rel, item))
     for simulator in dict.fromkeys(rel.simulator for rel, _ in selection):
-        _check_long_enough(config.baselines, baselines[simulator])
+        _check_long_enough(
+            config.baselines, baselines[simulator], registry.simulators[simulator].c4
+        )
     return selection
 
 
-def longest_window(simulator: str) -> int:
-    """Steps of the longest task window of ``simulator``'s axis settings (context + horizon)."""
+def longest_window(c4: tuple[int, int]) -> int:
+    """Steps of the longest task window (context + horizon) of a simulator whose C4 pair is
+    ``c4`` (``Relationship.c4``)."""
     return max(
         layout(context, prediction, length, setting).window
-        for context, prediction in contexts(simulator).values()
+        for context, prediction in contexts(c4).values()
         for length in axis("ell").values
         for setting in axis("E").values
     )
 
 
-def _check_long_enough(source, baselines: Baselines) -> None:
+def _check_long_enough(source, baselines: Baselines, c4: tuple[int, int]) -> None:
     """Every axis setting must fit: say how many steps and days a baseline needs."""
-    needed = longest_window(baselines.simulator)
+    needed = longest_window(c4)
     if baselines.n_steps >= needed:
         return
     day = 86400 / baselines.interval_s

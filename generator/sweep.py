@@ -31,7 +31,7 @@ def pair_keys(relationship: Relationship) -> Iterator[tuple[PairKey, int, int]]:
     """Every (pair key, context, prediction) of one target, in the canonical order: the product
     of the axis table's K (up to the target's ``max_k``), C, l and E values."""
     ks = [k for k in axes.axis("K").values if k <= relationship.max_k]
-    lengths = axes.contexts(relationship.simulator)
+    lengths = axes.contexts(relationship.c4)
     for k, c_label, event_length, e_setting in itertools.product(
         ks, lengths, axes.axis("ell").values, axes.axis("E").values
     ):

@@ -53,11 +53,16 @@ def write_user_registry(h5, source: RegistrySource) -> None:
         dataset.attrs["name"] = spec.name
 
 
-def axes_description() -> dict:
+def axes_description(registry) -> dict:
+    """The axis settings a corpus is generated with: the table's values, every simulator's
+    (context, prediction) lengths from ``registry`` (C4 from each spec header) and the layout
+    constants (the corpus attribute ``axes``)."""
     return {
         "futures": list(axes.axis("future").values),
         "K": list(axes.axis("K").values),
-        "contexts": {sim: axes.contexts(sim) for sim in sorted(axes.C4)},
+        "contexts": {
+            sim: axes.contexts(registry.simulators[sim].c4) for sim in sorted(registry.simulators)
+        },
         "event_lengths": list(axes.axis("ell").values),
         "E_settings": list(axes.axis("E").values),
         "fewest_events": axes.FEWEST_EVENTS,
@@ -249,7 +254,7 @@ class CorpusWriter:
         attrs["toolkit_version"] = __version__
         attrs["master_seed"] = self.config.seed
         attrs["config"] = json.dumps(self.config.recorded(), sort_keys=True)
-        attrs["axes"] = json.dumps(axes_description(), sort_keys=True)
+        attrs["axes"] = json.dumps(axes_description(self.source.load()), sort_keys=True)
         attrs["baselines_hash"] = self.baselines_hash
         attrs["registry_hash"] = self.source.registry_hash()
         write_user_registry(self.h5, self.source)

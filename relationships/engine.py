@@ -116,6 +116,7 @@ class Relationship:
     dampening: float
     history_pool: tuple[float, ...]
     only_increase: bool
+    c4: tuple[int, int]  # (context, prediction) steps of the C4 axis value, from the spec header
     rationale: str
     class_rationale: str
     _packed: dict[int, CovariateArrays] = field(default_factory=dict, repr=False, compare=False)

@@ -75,6 +75,7 @@ def resolve(spec: SimulatorSpec) -> list[Relationship]:
                 dampening=spec.dampening,
                 history_pool=spec.history_pool,
                 only_increase=spec.only_increase,
+                c4=spec.c4,
                 rationale=target.rationale,
                 class_rationale=target_class.rationale,
             )

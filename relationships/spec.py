@@ -90,6 +90,7 @@ class SimulatorSpec:
     dampening: float
     history_pool: tuple[float, ...]
     only_increase: bool
+    c4: tuple[int, int]  # (context, prediction) steps of the C4 axis value
     covariates: tuple[CovariateSpec, ...]
     classes: Mapping[str, TargetClassSpec]
     targets: tuple[TargetSpec, ...]
@@ -345,13 +346,14 @@ def parse_spec(
         )
 
     if base is not None:  # extends = true (checked above)
-        for field in ("title", "dampening", "history_pool", "only_increase"):
+        for field in ("title", "dampening", "history_pool", "only_increase", "c4"):
             if field in header.data:
                 raise header.error(field, "cannot be changed by a file that extends a simulator")
         if "covariates" in document:
             raise SpecError(f"{source}: a file that extends {name!r} cannot declare covariates")
         title, dampening = base.title, base.dampening
         history_pool, only_increase = base.history_pool, base.only_increase
+        c4 = base.c4
         covariates = base.covariates
     else:
         title = header.get("title", str)
@@ -374,6 +376,7 @@ def parse_spec(
             raise header.error(
                 "history_pool", "a simulator whose targets only increase draws factors > 1 only"
             )
+        c4 = _c4(header)
         raw_covariates = top.get("covariates", list)
         covariates = tuple(
             _parse_covariate(raw, f"{source}: covariates[{i}]")
@@ -434,10 +437,29 @@ def parse_spec(
         dampening=dampening,
         history_pool=history_pool,
         only_increase=only_increase,
+        c4=c4,
         covariates=covariates,
         classes=classes,
         targets=tuple(targets),
     )
+
+
+MAX_WINDOW_STEPS = 10_000_000  # C4 context + prediction; a longer window is no task we can store
+
+
+def _c4(header: _Table) -> tuple[int, int]:
+    """``c4 = [context, prediction]``: whole numbers of steps, 1 <= prediction <= context."""
+    value = header.get("c4", list)
+    if len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise header.error("c4", f"expected [context, prediction] in whole steps, got {value!r}")
+    context, prediction = value
+    if not 1 <= prediction <= context or context + prediction > MAX_WINDOW_STEPS:
+        raise header.error(
+            "c4",
+            f"needs 1 <= prediction <= context and context + prediction <= {MAX_WINDOW_STEPS:,} "
+            f"steps, got [{context}, {prediction}]",
+        )
+    return int(context), int(prediction)
 
 
 def _check_target(

@@ -59,7 +59,7 @@ def window_maxima(stream: TaskStream) -> tuple[int, int]:
     layout over its worlds' fitting (C, l, E) settings, context extensions included."""
     longest_context = longest_prediction = 0
     for entry in stream.entries():
-        settings = axes.contexts(entry.source.simulator)
+        settings = axes.contexts(entry.relationship.c4)
         for c_label, event_length, e_setting in entry.fits:
             layout = axes.layout(*settings[c_label], event_length, e_setting)
             longest_context = max(longest_context, layout.context)

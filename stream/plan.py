@@ -164,7 +164,7 @@ def build_plan(entries: Sequence, dist: AxisDistribution) -> StreamPlan | None:
                     ei = axes.E_SETTINGS.index(setting)
                     key = (source.simulator, c, li, ei)
                     if key not in named_layouts:
-                        context, prediction = axes.contexts(source.simulator)[c_label]
+                        context, prediction = axes.contexts(relationship.c4)[c_label]
                         named_layouts[key] = axes.layout(context, prediction, length, setting)
                     history = named_layouts[key]
                     latest_start = entry.baseline.size - history.window

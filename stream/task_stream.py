@@ -292,7 +292,7 @@ class TaskStream:
             key = PairKey(
                 entry.source.simulator, relationship.target, k, c_label, event_length, e_setting
             )
-            context, prediction = axes.contexts(key.simulator)[c_label]
+            context, prediction = axes.contexts(relationship.c4)[c_label]
             recipe = draw_recipe_from(
                 rng,
                 key,
@@ -338,8 +338,13 @@ def _build_entries(sources: list[WorldSource], dist: AxisDistribution) -> list[_
     ]
     entries, longest, unfit = [], {}, set(dist.positive("contexts"))
     for source in sources:
+        if source.simulator not in registry.simulators:
+            raise SourceError(
+                f"world {source.name!r}: no spec declares simulator {source.simulator!r}"
+            )
+        c4 = registry.simulators[source.simulator].c4
         windows = {
-            (c, length, e): axes.layout(*axes.contexts(source.simulator)[c], length, e).window
+            (c, length, e): axes.layout(*axes.contexts(c4)[c], length, e).window
             for c, length, e in combos
         }
         fits = frozenset(

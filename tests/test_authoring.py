@@ -52,6 +52,7 @@ def test_user_effect_is_usable_in_a_new_simulator(tmp_path, extended):
 name = "lab"
 title = "a bench-top experiment"
 history_pool = [0.5, 2, 4]
+c4 = [2048, 256]
 
 [[covariates]]
 name = "heater"

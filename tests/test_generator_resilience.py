@@ -13,6 +13,7 @@ import numpy as np
 from tests.conftest import run_whatif, whatif_executable
 from whatif_bench.generator import Corpus
 from whatif_bench.generator.selection import longest_window
+from whatif_bench.relationships import load_registry
 from whatif_bench.simulators import read_baselines, shipped_baselines_path, write_baselines
 from whatif_bench.simulators.base import Baselines
 
@@ -117,7 +118,7 @@ def test_a_baseline_too_short_for_the_axes(tmp_path):
     cut = Baselines(**{**short.__dict__, "series": {k: v[:3000] for k, v in short.series.items()}})
     path = tmp_path / "short.h5"
     write_baselines(path, [cut])
-    needed = longest_window("epanet")
+    needed = longest_window(load_registry().simulators["epanet"].c4)
     days = math.ceil(needed * cut.interval_s / 86400)
     _fails(
         tmp_path,

@@ -100,6 +100,7 @@ MINIMAL = """
 name = "toy"
 title = "toy"
 history_pool = [0.1, 0.5, 2, 8]
+c4 = [2048, 256]
 {extra_header}
 
 [[covariates]]

@@ -17,6 +17,7 @@ GOOD = """
 name = "toy"
 title = "toy"
 history_pool = [0.5, 2]
+c4 = [2048, 256]
 
 [[covariates]]
 name = "a"
@@ -150,6 +151,13 @@ def _assert_edit_is_reported(tmp_path, old, new, message):
             "history_pool = [0.5, 2]\nonly_increase = true",
             r"only increase",
         ),
+        ("c4 = [2048, 256]\n", "", r"\[simulator\]: field 'c4': is required"),
+        ("c4 = [2048, 256]", "c4 = [2048]", r"field 'c4': expected \[context, prediction\]"),
+        ("c4 = [2048, 256]", "c4 = [2048.0, 256]", r"field 'c4': expected \[context, prediction\]"),
+        ("c4 = [2048, 256]", "c4 = [256, 2048]", r"field 'c4': needs 1 <= prediction <= context"),
+        ("c4 = [2048, 256]", "c4 = [2048, 0]", r"field 'c4': needs 1 <= prediction <= context"),
+        ("c4 = [2048, 256]", "c4 = [20000000, 256]", r"field 'c4': needs 1 <= prediction"),
+        ("c4 = [2048, 256]", 'c4 = "long"', r"field 'c4': expected a list, got str"),
         ("[[targets]]", "[[targets]]\n", None),  # harmless whitespace: still valid
     ],
 )

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from whatif_bench.generator.axes import contexts, layout
 from whatif_bench.generator.verification import THRESHOLD, future_ratio, history_ratios
+from whatif_bench.relationships import load_registry
 from whatif_bench.stream import (
     AxisDistribution,
     DistributionError,
@@ -27,6 +28,8 @@ from whatif_bench.stream import (
     WorldSource,
 )
 from whatif_bench.stream.sources import benchmark_sources
+
+REGISTRY = load_registry()
 
 ARRAYS = (
     "history_target",
@@ -118,7 +121,9 @@ def test_tasks_are_shaped_like_corpus_tasks_and_cut_from_their_world(sources):
         assert task.history_target.dtype == np.float32
         assert len(task.covariates) == k and task.target in task.units
         expected_context = layout(
-            *contexts(task.simulator)[task.c_label], task.event_length, task.e_setting
+            *contexts(REGISTRY.simulators[task.simulator].c4)[task.c_label],
+            task.event_length,
+            task.e_setting,
         ).context
         assert context == expected_context
         series = by_name[task.world].baselines.series[task.target]

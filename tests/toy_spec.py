@@ -19,6 +19,7 @@ def one_covariate_spec(
 name = "{simulator}"
 title = "{simulator}"
 history_pool = [0.5, 2]
+c4 = [2048, 256]
 
 [[covariates]]
 name = "a"

@@ -64,6 +64,7 @@ def select_targets(
                 f"{config.baselines}: no baseline series for {rel.simulator}/{rel.target}"
             )
         _check_fits_float32(config.baselines, rel.simulator, rel.target, item.series[rel.target])
+        _check_matches_spec(config.baselines, rel, item, registry.simulators[rel.simulator].source)
         selection.append((rel, item))
     for simulator in dict.fromkeys(rel.simulator for rel, _ in selection):
         _check_long_enough(
@@ -95,6 +96,34 @@ def _check_long_enough(source, baselines: Baselines, c4: tuple[int, int]) -> Non
         f"windows of up to {needed:,} steps, so simulate at least {math.ceil(needed / day)} days "
         f"(whatif simulate --days {math.ceil(needed / day)})"
     )
+
+
+def _check_matches_spec(
+    source, relationship: Relationship, baselines: Baselines, spec: str
+) -> None:
+    """The baseline was made in the setting the spec describes: the target's unit and every
+    covariate's base value (the physical value at factor 1) are the ones the baselines file
+    records, so covariate values in tasks are what the simulator ran with."""
+    where = f"{source}: {relationship.simulator}/{relationship.target}"
+    unit = baselines.units[relationship.target]
+    if unit != relationship.unit:
+        raise GenerationError(
+            f"{where}: unit {unit!r} in the baselines, {relationship.unit!r} in the spec ({spec})"
+        )
+    recorded = baselines.covariate_base_values
+    for covariate in relationship.covariates:
+        if covariate.name not in recorded:
+            raise GenerationError(
+                f"{source}: {relationship.simulator}: covariate_base_values has no "
+                f"{covariate.name!r} (a covariate of {relationship.target} in {spec}); record "
+                "the value the baseline was made with"
+            )
+        if float(recorded[covariate.name]) != float(covariate.base_value):
+            raise GenerationError(
+                f"{source}: {relationship.simulator}: covariate {covariate.name!r}: base value "
+                f"{recorded[covariate.name]!r} in the baselines, {covariate.base_value!r} in the "
+                f"spec ({spec}); the spec's base_value must be the one the baseline was made with"
+            )
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -10,9 +10,15 @@ import numpy as np
 
 from whatif_bench.errors import WhatIfError
 
+MAX_INTERVAL_S = 366 * 86400  # a step longer than a year is not a time series we can use
+
 
 class SimulatorError(WhatIfError):
     """A simulator ran but failed, or produced output the wrapper cannot use."""
+
+
+class BaselinesFileError(WhatIfError):
+    """A baselines file is missing, unreadable, of the wrong format or corrupted."""
 
 
 class SimulatorUnavailable(SimulatorError):

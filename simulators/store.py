@@ -29,17 +29,18 @@ from typing import Any
 import numpy as np
 
 from whatif_bench._version import __version__
-from whatif_bench.errors import WhatIfError
 from whatif_bench.h5write import guarded_h5
 from whatif_bench.outputs import atomic_output, is_safe_name, safe_name
-from whatif_bench.simulators.base import Baselines, SimulatorError
+from whatif_bench.simulators.base import (
+    MAX_INTERVAL_S,
+    Baselines,
+    BaselinesFileError,
+    SimulatorError,
+)
+from whatif_bench.simulators.tabular import is_tabular, read_table_baselines
 
 FORMAT = "whatif-baselines"
 FORMAT_VERSION = 1
-
-
-class BaselinesFileError(WhatIfError):
-    """A baselines file is missing, unreadable, of the wrong format or corrupted."""
 
 
 def combine_hashes(hashes: dict[str, str]) -> str:
@@ -117,11 +118,11 @@ def write_baselines(
     return Path(path)
 
 
-MAX_INTERVAL_S = 366 * 86400  # a step longer than a year is not a time series we can use
-
-
 def read_baselines(path: str | os.PathLike, verify: bool = True) -> dict[str, Baselines]:
     """Read every simulator's baselines; with ``verify`` the content hashes must match.
+
+    ``*.csv``, ``*.parquet`` and ``*.pq`` files are read in the table layout of
+    ``simulators.tabular`` (one simulator each, no recorded hash); any other file is a store.
 
     Every problem is a ``BaselinesFileError`` naming the file, the simulator and the field.
     """
@@ -132,6 +133,11 @@ def read_baselines(path: str | os.PathLike, verify: bool = True) -> dict[str, Ba
         raise BaselinesFileError(f"{path}: is a folder, not a baselines file")
     if not path.is_file():
         raise BaselinesFileError(f"{path}: no such baselines file")
+    if is_tabular(path):
+        try:
+            return read_table_baselines(path)
+        except SimulatorError as exc:  # Baselines' own checks, with the file named
+            raise BaselinesFileError(f"{path}: {exc}") from None
     try:
         h5 = h5py.File(path, "r")
     except OSError as exc:

@@ -21,6 +21,7 @@ class SimulatorEntry:
     module: str
     default_days: float
     title: str
+    extra_series: str = ""  # what ``run(extra_series=True)`` adds; "" when the wrapper has none
 
     def runner(self) -> Callable[..., Baselines]:
         return importlib.import_module(self.module).run
@@ -31,7 +32,13 @@ SIMULATORS: dict[str, SimulatorEntry] = {
     for entry in (
         SimulatorEntry("opendc", "whatif_bench.simulators.opendc", 30, "OpenDC data centre"),
         SimulatorEntry("gridlabd", "whatif_bench.simulators.gridlabd", 14, "GridLAB-D feeder"),
-        SimulatorEntry("epanet", "whatif_bench.simulators.epanet", 32, "EPANET Net1"),
+        SimulatorEntry(
+            "epanet",
+            "whatif_bench.simulators.epanet",
+            32,
+            "EPANET Net1",
+            extra_series="chlorine_<node> [mg/L] at every junction and the tank",
+        ),
         SimulatorEntry("sumo", "whatif_bench.simulators.sumo", 30, "SUMO intersection"),
     )
 }

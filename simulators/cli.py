@@ -1,4 +1,4 @@
-"""``whatif simulate`` and ``whatif baselines {info,plot}``."""
+"""``whatif simulate`` and ``whatif baselines {info,plot,combine}``."""
 
 from __future__ import annotations
 
@@ -33,6 +33,12 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         "--image", help="OpenDC: Docker image that runs OpenDC (default: opendc on PATH)"
     )
     parser.add_argument(
+        "--extra-series",
+        action="store_true",
+        help="also record series no shipped target uses, for authoring new targets "
+        "(EPANET: chlorine_<node> [mg/L]; other simulators have none and refuse) (default: off)",
+    )
+    parser.add_argument(
         "--container",
         nargs="?",
         const="auto",
@@ -53,6 +59,16 @@ def add_baselines_arguments(parser: argparse.ArgumentParser) -> None:
     plot.add_argument("file", nargs="?", help="baselines file (default: the shipped one)")
     plot.add_argument("--out", required=True, help="folder for the PNG files (required)")
     plot.set_defaults(handler=_plot)
+    combine = sub.add_parser(
+        "combine",
+        help="one baselines store from several files (stores, CSV or Parquet tables), "
+        "each simulator once",
+    )
+    combine.add_argument(
+        "files", nargs="+", metavar="FILE", help="baselines files, in any layout (one or more)"
+    )
+    combine.add_argument("--out", required=True, help="baselines HDF5 file to write (required)")
+    combine.set_defaults(handler=_combine)
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -77,6 +93,15 @@ def _simulate(args: argparse.Namespace) -> int:
                 "--image (OpenDC on this machine) cannot be combined with --container"
             )
         engine = find_engine(None if args.container == "auto" else args.container)
+    if args.extra_series:
+        without = [n for n in names if not SIMULATORS[n].extra_series]
+        if without:
+            raise WhatIfError(
+                f"--extra-series: {', '.join(without)} records no extra series (only "
+                f"{[n for n in SIMULATORS if SIMULATORS[n].extra_series]} do)"
+            )
+        if engine is not None:
+            raise WhatIfError("--extra-series runs on this machine only; drop --container")
     results, skipped = [], []
     progress = tqdm(names, desc="simulating", unit="simulator", file=sys.stderr)
     for name in progress:
@@ -85,6 +110,8 @@ def _simulate(args: argparse.Namespace) -> int:
         options = {"days": entry.default_days if args.days is None else args.days}
         if name == "opendc":
             options.update(trace=args.trace, image=args.image)
+        if args.extra_series:
+            options["extra_series"] = True
         started = time.perf_counter()
         try:
             if engine is None:
@@ -158,6 +185,25 @@ def _plot(args: argparse.Namespace) -> int:
     for name, item in baselines.items():
         path = out / f"{safe_name(name, 'simulator name')}.png"
         print(f"wrote {plot_overview(item, path)}")
+    return 0
+
+
+def _combine(args: argparse.Namespace) -> int:
+    from whatif_bench.outputs import check_output_path
+    from whatif_bench.simulators.store import read_baselines, write_baselines
+
+    check_output_path(args.out, args.files)
+    combined: dict = {}
+    origin: dict[str, str] = {}
+    for file in args.files:
+        for name, item in read_baselines(file).items():
+            if name in combined:
+                raise WhatIfError(
+                    f"{file}: simulator {name!r} is also in {origin[name]}; each may appear once"
+                )
+            combined[name], origin[name] = item, file
+    path = write_baselines(args.out, combined.values(), inputs=args.files)
+    print(f"wrote {path} ({', '.join(sorted(combined))})")
     return 0
 
 

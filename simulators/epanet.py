@@ -27,6 +27,7 @@ START = "2024-01-08T00:00:00"  # Monday; the model's local time (no time zone)
 JUNCTIONS = ("10", "11", "12", "13", "21", "22", "23", "31", "32")
 PIPES = ("10", "11", "12", "21", "22", "31", "110", "111", "112", "113", "121", "122")
 TANK, RESERVOIR, PUMP = "2", "9", "9"
+
 _INSTALL = "pip install wntr six"
 
 
@@ -123,8 +124,14 @@ def run(
     *,
     demand_pattern: Sequence[float] | None = None,
     pattern_step_s: int | None = None,
+    extra_series: bool = False,
 ) -> Baselines:
     """Run Net1 for ``days`` and return the 37 EPANET targets at 300 s.
+
+    ``extra_series`` also returns series no shipped target uses (Net1's own
+    chlorine model: ``chlorine_<node>``, the concentration at every junction and the tank in
+    mg/L), for authors
+    adding targets (docs/AUTHORING.md). The run itself is the same either way.
 
     ``demand_pattern`` (dimensionless multipliers of the base demands, repeated) replaces
     Net1's demand pattern, and ``pattern_step_s`` (seconds, a multiple of 300) its 2 h step;
@@ -174,6 +181,15 @@ def run(
     for p in PIPES:
         series[f"velocity_{p}"] = column(link["velocity"], p, hyd.Velocity)
         units[f"velocity_{p}"] = "ft/s"
+    if extra_series:
+        from wntr.epanet.util import QualParam
+
+        for n in (*JUNCTIONS, TANK):
+            values = node["quality"][n].to_numpy(dtype=np.float64)[:n_steps]
+            series[f"chlorine_{n}"] = np.asarray(
+                from_si(gpm, values, QualParam.Concentration), dtype=np.float64
+            )
+            units[f"chlorine_{n}"] = "mg/L"
     return Baselines(
         simulator=NAME,
         simulator_version=f"EPANET 2.2 via wntr {wntr.__version__}",

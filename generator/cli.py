@@ -14,7 +14,11 @@ from whatif_bench.workers import default_jobs
 
 def add_arguments(subparsers) -> None:
     generate = subparsers.add_parser("generate", help="regenerate the task corpus")
-    generate.add_argument("--baselines", help="baselines file (default: the shipped one)")
+    generate.add_argument(
+        "--baselines",
+        help="baselines file: a store (.h5) or a CSV/Parquet table (docs/BASELINES_FORMAT.md) "
+        "(default: the shipped one)",
+    )
     generate.add_argument(
         "--out",
         default="whatif-corpus.h5",

@@ -117,24 +117,30 @@ def select_names(
 
 
 # ---- sources ----------------------------------------------------------------------------
-def corpus_work(corpus, targets: Iterable[str] = ()) -> tuple[list[WorkItem], dict]:
-    """One work item per selected target of an open ``Corpus``, and the source description."""
-    from whatif_bench.generator.writer import registry_hash
-    from whatif_bench.relationships.registry import load_registry
+def corpus_work(
+    corpus, targets: Iterable[str] = (), forms: Iterable[str | os.PathLike] = ()
+) -> tuple[list[WorkItem], dict]:
+    """One work item per selected target of an open ``Corpus``, and the source description.
+
+    The relationships are those the corpus was built with: the shipped spec files plus the
+    user spec texts it records, with its forms modules given again as ``forms``
+    (``generator.provenance``)."""
+    from whatif_bench.generator.provenance import corpus_registry
 
     attrs = corpus.attrs
-    if attrs.get("registry_hash") != registry_hash():
+    registry, source = corpus_registry(corpus, forms)
+    if attrs.get("registry_hash") != source.registry_hash():
         raise DiagnosticsError(
             f"{corpus.path}: built with another relationship registry (registry_hash "
-            f"{str(attrs.get('registry_hash'))[:12]}..., this toolkit's is {registry_hash()[:12]}...); "
-            "diagnose rebuilds its pairs, so generate it again with this toolkit"
+            f"{str(attrs.get('registry_hash'))[:12]}..., these relationships hash to "
+            f"{source.registry_hash()[:12]}...); diagnose rebuilds its pairs, so generate it "
+            "again with this toolkit"
         )
     pairs = corpus.pairs
     available = list(
         dict.fromkeys(zip(pairs["simulator"].tolist(), pairs["target"].tolist(), strict=True))
     )
     chosen = select_names(available, targets, str(corpus.path))
-    registry = load_registry()
     events = corpus._read("the recipe arrays /events", lambda: corpus._recipes()[0])
     ratios = events["ratio"]
     items: list[WorkItem] = []
@@ -262,15 +268,22 @@ def run(items: list[WorkItem], source: dict, jobs: int = 1, progress: bool = Tru
 
 
 def diagnose_corpus(
-    path: str | os.PathLike, targets: Iterable[str] = (), jobs: int = 1, progress: bool = True
+    path: str | os.PathLike,
+    targets: Iterable[str] = (),
+    jobs: int = 1,
+    progress: bool = True,
+    forms: Iterable[str | os.PathLike] = (),
 ) -> Diagnostics:
     """The diagnostics of a corpus file (``targets``: ``NAME`` or ``SIMULATOR/NAME``; default
-    every target in the file)."""
+    every target in the file). ``forms``: the forms modules a corpus built with ``--forms``
+    was made with, given again; their relationships run in this process only (user forms do
+    not travel to worker processes), so ``jobs`` is then 1."""
     from whatif_bench.generator.corpus import Corpus
 
+    forms = tuple(forms)
     with Corpus(path) as corpus:
-        items, source = corpus_work(corpus, targets)
-    return run(items, source, jobs, progress)
+        items, source = corpus_work(corpus, targets, forms)
+    return run(items, source, 1 if forms else jobs, progress)
 
 
 def diagnose_relationships(

@@ -59,7 +59,18 @@ def add_arguments(subparsers) -> None:
     parser.add_argument("file", help="corpus file")
     _output_arguments(parser)
     parser.add_argument(
-        "--jobs", type=positive_int, default=1, help="worker processes, >= 1 (default: 1)"
+        "--jobs",
+        type=positive_int,
+        default=1,
+        help="worker processes, >= 1; 1 when --forms is given (default: 1)",
+    )
+    parser.add_argument(
+        "--forms",
+        action="append",
+        default=[],
+        metavar="PY",
+        help="Python file that registers user forms (executed; needed for a corpus built with "
+        "--forms; must be unchanged; repeatable; default: none)",
     )
     parser.set_defaults(handler=_diagnose_corpus)
 
@@ -87,7 +98,8 @@ def add_relationships_arguments(sub) -> None:
     )
     parser.add_argument(
         "--baselines",
-        help="baselines file holding the targets' series (default: the shipped one)",
+        help="baselines file holding the targets' series: a store (.h5) or a CSV/Parquet table "
+        "(default: the shipped one)",
     )
     parser.add_argument(
         "--sample",
@@ -127,7 +139,9 @@ def _diagnose_corpus(args: argparse.Namespace) -> int:
     args.interrupt_note = "no report was written"
     if args.out is not None:
         check_out_folder(args.out, [args.file])  # before the work
-    report = diagnose_corpus(args.file, args.targets, jobs=args.jobs, progress=True)
+    report = diagnose_corpus(
+        args.file, args.targets, jobs=args.jobs, progress=True, forms=args.forms
+    )
     return _report(report, args, [args.file])
 
 

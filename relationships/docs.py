@@ -96,6 +96,7 @@ def render_reference(registry: Registry) -> str:
             f"- Source: `{spec.source}`; {len(relationships)} targets.",
             f"- History pool: {list(spec.history_pool)}; factors over history and Novel futures "
             f"span [{low:g}, {high:g}].",
+            f"- C4 (context, prediction): {spec.c4[0]:,} and {spec.c4[1]:,} steps.",
             f"- Joint dampening γ = {spec.dampening:g}"
             + (
                 "; targets only increase (every direction is direct)."

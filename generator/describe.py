@@ -81,8 +81,9 @@ def _event(
     """One event: where and how long, and per covariate its factor and peak value.
 
     ``source``: ``"history event i"`` for history events, ``"replay of history event i"`` or
-    ``"novel"`` for the future one; ``direction``: ``"up"`` or ``"down"`` (of the history
-    event drawn, and of the replayed one), ``"novel"`` for a novel future."""
+    ``"novel"`` for the future one; ``direction``: ``"up"`` or ``"down"``, the way the
+    event pushes the target (a history event, and the one a replay repeats), ``"novel"`` for
+    a novel future."""
     window = task.context_length + task.prediction_length
     moment = task.start + pd.Timedelta(seconds=start * task.interval_s)
     entries = []
@@ -315,10 +316,13 @@ def _covariate_clause(
     )
 
 
-def _join(clauses: list[str]) -> str:
-    if len(clauses) <= 2:
-        return " and ".join(clauses)
-    return "; ".join(clauses[:-1]) + "; and " + clauses[-1]
+def _join(clauses: list[str], separator: str) -> str:
+    """``a``; ``a and b`` (``a; and b`` with ``separator="; "``); ``a<sep>b<sep>and c``."""
+    if len(clauses) == 1:
+        return clauses[0]
+    if len(clauses) == 2 and separator == ", ":
+        return f"{clauses[0]} and {clauses[1]}"
+    return separator.join(clauses[:-1]) + f"{separator}and {clauses[-1]}"
 
 
 def scenario_text(
@@ -358,7 +362,7 @@ def scenario_text(
             relationship.covariates[: task.k], recipe["future_factors"], strict=True
         )
     ]
-    text = f"From {clock_text(start)}, {_join(clauses)}."
+    text = f"From {clock_text(start)}, {_join(clauses, '; ')}."
     if cut:
         text += (
             f" The event lasts longer than the {duration_text(horizon * task.interval_s)} "
@@ -372,7 +376,7 @@ def scenario_text(
             f"{names.get(info.name, info.name)} rises"
             for info in relationship.covariates[: task.k]
         ]
-        text += f" The target, {target}{unit}, {_join(responses)}"
+        text += f" The target, {target}{unit}, {_join(responses, ', ')}"
         if task.k > 1:
             text += f"; the covariates' effects combine {relationship.combination}ly"
         text += "."

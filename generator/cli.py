@@ -81,6 +81,15 @@ def add_arguments(subparsers) -> None:
         help="draw history, both futures and covariates to this PNG file; a folder (existing, "
         "or written with a trailing /) gets <task id with / as _>.png (default: no plot)",
     )
+    show.add_argument(
+        "--describe",
+        nargs="?",
+        const="json",
+        choices=("json", "text"),
+        help="print the task's description instead: 'json' (or no value) the structured "
+        "description with the exact per-covariate attribution, 'text' the scenario sentence "
+        "(docs/CORPUS_FORMAT.md, 'Task descriptions'; default: the usual summary)",
+    )
     add_forms_argument(show, "needed for a corpus built with --forms; must be unchanged")
     show.set_defaults(handler=_show)
 
@@ -167,6 +176,8 @@ def _show(args: argparse.Namespace) -> int:
             task = corpus[args.task_id]
         except KeyError as exc:
             raise WhatIfError(str(exc.args[0])) from None
+        if args.describe:
+            return _describe(args, corpus, registry, task)
         recipe = task.recipe
         print(f"{task.task_id}")
         print(
@@ -212,6 +223,35 @@ def _show(args: argparse.Namespace) -> int:
             units = {info.name: info.unit for info in relationship.covariates}
             written = plot_task(task, corpus[f"{pair_id}/{other}"], path, [args.corpus], units)
             print(f"wrote {written}")
+    return 0
+
+
+def _describe(args: argparse.Namespace, corpus, registry, task) -> int:
+    """``whatif show --describe``: the description (JSON) or the scenario text on stdout; a
+    ``--plot`` is still drawn, its "wrote" line going to stderr."""
+    from whatif_bench.generator.describe import baseline_future, describe_task, scenario_text
+
+    relationship = registry.get(task.simulator, task.target)
+    if args.describe == "text":
+        print(scenario_text(task, relationship))
+    else:
+        description = describe_task(task, relationship, baseline_future(corpus, task))
+        json.dump(description, sys.stdout, indent=1, allow_nan=False)
+        sys.stdout.write("\n")
+    if args.plot:
+        from whatif_bench.generator.plotting import plot_task
+
+        other = "novel" if task.future == "replay" else "replay"
+        pair_id = task.task_id.rsplit("/", 1)[0]
+        units = {info.name: info.unit for info in relationship.covariates}
+        written = plot_task(
+            task,
+            corpus[f"{pair_id}/{other}"],
+            plot_path(args.plot, task.task_id),
+            [args.corpus],
+            units,
+        )
+        print(f"wrote {written}", file=sys.stderr)
     return 0
 
 

@@ -27,6 +27,7 @@ time. Everything here is deterministic: lists in covariate order, keys in a fixe
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -276,6 +277,42 @@ def describe_task(
         "events": events,
         "effect": attribution(relationship, baseline_future, length, future_factors, per_step),
     }
+
+
+def baseline_future(corpus, task) -> np.ndarray:
+    """The float64 event-free target over ``task``'s forecast window (H,), from ``corpus``'s
+    embedded baseline (what ``describe_task`` takes as ``baseline_future``)."""
+    begin = task.start_step + task.context_length
+    series = corpus._baseline_cached(task.simulator, task.target)
+    return np.asarray(series[begin : begin + task.prediction_length], dtype=np.float64)
+
+
+class Describer:
+    """Descriptions and scenario texts of the tasks of one open corpus, with the registry it
+    was built with (``forms``: as for ``whatif verify``; see ``generator.provenance``)."""
+
+    def __init__(self, corpus, forms=()) -> None:
+        from whatif_bench.generator.provenance import corpus_registry
+
+        self.corpus = corpus
+        self.registry, _ = corpus_registry(corpus, forms)
+
+    def relationship(self, task) -> Relationship:
+        return self.registry.get(task.simulator, task.target)
+
+    def describe(self, task, per_step: bool = False) -> dict[str, Any]:
+        """``describe_task`` on the corpus's float64 baseline."""
+        return describe_task(
+            task, self.relationship(task), baseline_future(self.corpus, task), per_step
+        )
+
+    def json(self, task) -> str:
+        """The description as compact JSON text (the exports' ``description`` column)."""
+        return json.dumps(self.describe(task), allow_nan=False, separators=(",", ":"))
+
+    def text(self, task, **options) -> str:
+        """``scenario_text`` (``options``: its ``names``, ``units``, ``relations``)."""
+        return scenario_text(task, self.relationship(task), **options)
 
 
 def _finite(value: float) -> float | None:

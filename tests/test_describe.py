@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import small_corpus
+from tests.conftest import run_whatif, small_corpus
 from whatif_bench.generator import Corpus
 from whatif_bench.generator.describe import (
     SCHEMA,
+    Describer,
     attribution,
     clock_text,
     coalition_effects,
@@ -373,3 +374,28 @@ def test_scenario_text_of_every_corpus_task_is_stable(described, corpus_path):
     shapes = {s for t, r, _, _ in described for s in t.recipe["shapes"]}
     assert shapes == {"step", "bell"}
     assert all(text.startswith("From ") and text.endswith(".") for text in texts.values())
+
+
+# ---- whatif show --describe ---------------------------------------------------------------
+def test_show_describe_prints_the_description_and_the_text(described, corpus_path):
+    task, relationship, future, description = described[len(described) // 2]
+    shown = run_whatif("show", task.task_id, "--corpus", str(corpus_path), "--describe")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == description
+    text = run_whatif("show", task.task_id, "--corpus", str(corpus_path), "--describe", "text")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout == scenario_text(task, relationship) + "\n"
+    plain = run_whatif("show", task.task_id, "--corpus", str(corpus_path))
+    assert plain.stdout.splitlines()[0] == task.task_id  # the usual summary, unchanged
+    assert "schema" not in plain.stdout
+    wrong = run_whatif("show", task.task_id, "--corpus", str(corpus_path), "--describe", "yaml")
+    assert wrong.returncode != 0 and "invalid choice" in wrong.stderr
+
+
+def test_describer_uses_the_corpus_float64_baseline(described, corpus_path):
+    task, relationship, future, description = described[3]
+    with Corpus(corpus_path) as corpus:
+        describer = Describer(corpus)
+        assert describer.describe(corpus[task.task_id]) == description
+        assert json.loads(describer.json(corpus[task.task_id])) == description
+        assert describer.text(corpus[task.task_id]) == scenario_text(task, relationship)

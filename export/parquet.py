@@ -91,6 +91,7 @@ def schema():
         pa.field("future_target", series),
         pa.field("counterfactual_future", series),
         pa.field("recipe", pa.string()),
+        pa.field("description", pa.string()),
     ]
     return pa.schema(fields)
 
@@ -108,6 +109,7 @@ def features_yaml() -> str:
     for name in ("future_target", "counterfactual_future"):
         lines += [f"  - name: {name}", "    list: float32"]
     lines += ["  - name: recipe", "    dtype: string"]
+    lines += ["  - name: description", "    dtype: string"]
     return "\n".join(lines)
 
 
@@ -149,8 +151,9 @@ def _matrix(arrays: list[np.ndarray]):
     return pa.ListArray.from_arrays(pa.array(offsets), inner)
 
 
-def table(tasks: list):
-    """The pyarrow table of a batch of ``Task`` objects."""
+def table(tasks: list, descriptions: list[str | None] | None = None):
+    """The pyarrow table of a batch of ``Task`` objects; ``descriptions`` (one JSON text per
+    task, ``generator.describe``) fill the ``description`` column (null without them)."""
     import pyarrow as pa
 
     columns: dict[str, Any] = {
@@ -185,9 +188,24 @@ def table(tasks: list):
                     type=pa.string(),
                 )
             )
+        elif name == "description":
+            texts = descriptions if descriptions is not None else [None] * len(tasks)
+            arrays.append(pa.array(texts, type=pa.string()))
         else:
             arrays.append(pa.array(columns[name], type=field.type))
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+def describer_for(corpus):
+    """A ``generator.describe.Describer`` of ``corpus``, or ``None`` when the corpus was built
+    with user forms modules (their code runs only when given again, which an export does not
+    take: the ``description`` column is then null)."""
+    from whatif_bench.generator.describe import Describer
+    from whatif_bench.generator.provenance import recorded_source
+
+    if recorded_source(corpus).forms:
+        return None
+    return Describer(corpus)
 
 
 def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[str, Any]:
@@ -201,6 +219,7 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
     files: list[dict[str, Any]] = []
     writer = None
     rows_in_file = 0
+    describer = describer_for(corpus)
     bar = tqdm(total=len(tasks), unit="task", disable=not progress, desc="export parquet")
     try:
         for batch in task_batches(corpus, tasks):
@@ -226,7 +245,8 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
                     batch[: ROWS_PER_FILE - rows_in_file],
                     batch[ROWS_PER_FILE - rows_in_file :],
                 )
-                writer.write_table(table(part), row_group_size=len(part))
+                texts = [describer.json(t) for t in part] if describer else None
+                writer.write_table(table(part, texts), row_group_size=len(part))
                 rows_in_file += len(part)
                 files[-1]["rows"] += len(part)
                 bar.update(len(part))
@@ -330,8 +350,11 @@ tasks = load_dataset("parquet", data_files="data/tasks-*.parquet", split="train"
 | future_target (H) | the ground truth under the scenario |
 | counterfactual_future (H) | the target with no event |
 | recipe | JSON: window start, event starts, directions, factors, shapes, base values |
+| description | JSON: events in time and units, relationship, exact per-covariate attribution |
 
-All arrays are float32, exactly as stored in the corpus.
+All arrays are float32, exactly as stored in the corpus. `description` follows the schema
+`whatif-task-description/1` (WhatIf-Bench docs/CORPUS_FORMAT.md, "Task descriptions"); it is
+null for a corpus built with user forms modules.
 
 ## Axes (tasks per value)
 

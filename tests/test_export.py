@@ -19,6 +19,7 @@ from whatif_bench.export import ExportError, export_corpus
 from whatif_bench.export import api as export_api
 from whatif_bench.export import parquet as pq_format
 from whatif_bench.generator import Corpus
+from whatif_bench.generator.describe import Describer
 
 TARGETS = ("sumo/flow_loop_e_0_near", "epanet/pressure_10")
 
@@ -57,6 +58,7 @@ def _bits(values) -> np.ndarray:
 
 def _assert_rows_equal(rows, corpus_path):
     with Corpus(corpus_path) as corpus:
+        describer = Describer(corpus)
         ids = corpus.task_ids()
         assert list(rows["task_id"]) == ids
         for i, task_id in enumerate(ids):
@@ -76,6 +78,7 @@ def _assert_rows_equal(rows, corpus_path):
             assert row["start"] == task.timestamps()[0].to_pydatetime().replace(tzinfo=None)
             assert row["pair_id"] + "/" + row["future"] == task_id
             assert json.loads(row["recipe"]) == json.loads(json.dumps(task.recipe))
+            assert json.loads(row["description"]) == describer.describe(task)
 
 
 def test_load_dataset_parquet_reads_every_array_bit_for_bit(exported, corpus_path):
@@ -244,11 +247,11 @@ def test_a_failure_or_ctrl_c_leaves_the_old_export_and_no_temporary_folder(
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     calls = []
 
-    def failing(tasks):
+    def failing(tasks, *rest):
         calls.append(1)
         if len(calls) == 2:
             raise error
-        return original(tasks)
+        return original(tasks, *rest)
 
     original = pq_format.table
     monkeypatch.setattr(pq_format, "table", failing)

@@ -9,6 +9,9 @@ Layout of the export folder::
     tasks/<task>/past_target.csv          timestamp, <target_1>         (C rows)
     tasks/<task>/future_timestamps.csv    timestamp, <target_1> blank   (H rows)
     tasks/<task>/future_covariates.csv    timestamp, <covariate_1>, …   (H rows)
+    tasks/<task>/scenario.txt       the future event in words, names anonymised, no units
+                                    (``generator.describe.scenario_text``; for text-conditioned
+                                    models, not part of the prompt)
 
 ``<task>`` is the task id with ``/`` replaced by ``+``. Numbers are the float32 task values in
 their shortest round-trip text, timestamps ISO 8601, lines end in ``\\n``: the same corpus and
@@ -47,6 +50,7 @@ __all__ = [
 KEY = "key.jsonl"
 TASKS = "tasks"
 PROMPT = "prompt.txt"
+SCENARIO = "scenario.txt"
 
 
 def task_folder_name(position: int) -> str:
@@ -87,8 +91,10 @@ def _table(stamps: list[str], header: list[str], columns: list[list[str]] | None
     return "\n".join(lines) + "\n"
 
 
-def _write_task(task, folder: Path) -> dict[str, Any]:
-    """The task's folder, and its line of the key."""
+def _write_task(task, folder: Path, describer=None) -> dict[str, Any]:
+    """The task's folder, and its line of the key (``describer``: a
+    ``generator.describe.Describer`` of the corpus, or ``None`` for a corpus built with user
+    forms modules: no ``scenario.txt``, and null ``description`` and ``scenario_text``)."""
     stamps = [stamp.isoformat() for stamp in task.timestamps()]
     past, future = stamps[: task.context_length], stamps[task.context_length :]
     targets = list(dummy_ids("target", 1))
@@ -106,6 +112,9 @@ def _write_task(task, folder: Path) -> dict[str, Any]:
         PROMPT: render_prompt(targets, covariates, task.context_length, future, task.interval_s),
     }
     assert set(files) == {*FILES, PROMPT}
+    if describer is not None:
+        dummies = {task.target: targets[0], **dict(zip(task.covariates, covariates, strict=True))}
+        files[SCENARIO] = describer.text(task, names=dummies, units=False, relations=False) + "\n"
     for name, text in files.items():
         with open(folder / name, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
@@ -123,6 +132,8 @@ def _write_task(task, folder: Path) -> dict[str, Any]:
         "future_target": [float(v) for v in task.future_target],
         "counterfactual_future": [float(v) for v in task.counterfactual_future],
         "history_last_value": float(task.history_target[-1]),
+        "description": describer.describe(task) if describer is not None else None,
+        "scenario_text": describer.text(task) if describer is not None else None,
     }
 
 
@@ -131,6 +142,9 @@ def write(corpus, tasks, folder, progress: bool = True) -> dict[str, Any]:
     folder = Path(folder)
     ids = list(tasks["task_id"])
     names = [task_folder_name(position) for position in range(len(ids))]
+    from whatif_bench.generator.describe import export_describer
+
+    describer = export_describer(corpus)
     (folder / TASKS).mkdir()
     iterator: Iterable[tuple[str, str]] = zip(ids, names, strict=True)
     if progress:
@@ -139,13 +153,13 @@ def write(corpus, tasks, folder, progress: bool = True) -> dict[str, Any]:
         iterator = tqdm(iterator, total=len(ids), desc="llm export", unit="task")
     with open(folder / KEY, "w", encoding="utf-8", newline="\n") as key:
         for task_id, name in iterator:
-            line = _write_task(corpus[task_id], folder / TASKS / name)
+            line = _write_task(corpus[task_id], folder / TASKS / name, describer)
             key.write(json.dumps(line, sort_keys=True, allow_nan=False) + "\n")
     return {
         "format": "llm",
         "tasks": len(ids),
         "key": KEY,
         "task_folders": TASKS,
-        "files_per_task": [*FILES, PROMPT],
+        "files_per_task": [*FILES, PROMPT, *([SCENARIO] if describer is not None else [])],
         "template_sha256": hashlib.sha256(TEMPLATE.encode("utf-8")).hexdigest(),
     }

@@ -196,18 +196,6 @@ def table(tasks: list, descriptions: list[str | None] | None = None):
     return pa.Table.from_arrays(arrays, schema=target)
 
 
-def describer_for(corpus):
-    """A ``generator.describe.Describer`` of ``corpus``, or ``None`` when the corpus was built
-    with user forms modules (their code runs only when given again, which an export does not
-    take: the ``description`` column is then null)."""
-    from whatif_bench.generator.describe import Describer
-    from whatif_bench.generator.provenance import recorded_source
-
-    if recorded_source(corpus).forms:
-        return None
-    return Describer(corpus)
-
-
 def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[str, Any]:
     import pyarrow.parquet as pq
     from tqdm import tqdm
@@ -219,7 +207,9 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
     files: list[dict[str, Any]] = []
     writer = None
     rows_in_file = 0
-    describer = describer_for(corpus)
+    from whatif_bench.generator.describe import export_describer
+
+    describer = export_describer(corpus)
     bar = tqdm(total=len(tasks), unit="task", disable=not progress, desc="export parquet")
     try:
         for batch in task_batches(corpus, tasks):

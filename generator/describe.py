@@ -315,6 +315,17 @@ class Describer:
         return scenario_text(task, self.relationship(task), **options)
 
 
+def export_describer(corpus) -> Describer | None:
+    """The ``Describer`` an export uses, or ``None`` when ``corpus`` was built with user forms
+    modules: their code runs only when given again, which an export does not take, so its
+    descriptions are left null."""
+    from whatif_bench.generator.provenance import recorded_source
+
+    if recorded_source(corpus).forms:
+        return None
+    return Describer(corpus)
+
+
 def _finite(value: float) -> float | None:
     """``None`` (JSON null) for an infinite bound, else the bound as a float."""
     return float(value) if np.isfinite(value) else None

@@ -23,6 +23,7 @@ from whatif_bench.export.llm_prompt import (
     parse_response,
 )
 from whatif_bench.generator import Corpus
+from whatif_bench.generator.describe import Describer
 
 TARGET = "sumo/flow_loop_e_0_near"
 
@@ -262,10 +263,14 @@ def test_float_texts_are_short_and_exact():
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def llm_corpus(tmp_path_factory):
+    return make(tmp_path_factory.mktemp("llm-corpus"), targets=(TARGET,))
+
+
+@pytest.fixture(scope="module")
+def exported(llm_corpus, tmp_path_factory):
     base = tmp_path_factory.mktemp("llm")
-    path = make(base, targets=(TARGET,))
-    with Corpus(path) as corpus:
+    with Corpus(llm_corpus) as corpus:
         frame = corpus.tasks_frame()
         picked = pd.concat([frame.head(3), frame.tail(3)]).reset_index(drop=True)
         outs = []
@@ -295,7 +300,8 @@ def test_summary_and_layout(exported):
     assert folders == [task_folder_name(i) for i in range(len(tasks))]
     for position, _ in enumerate(tasks):
         files = sorted(p.name for p in (out / TASKS / task_folder_name(position)).iterdir())
-        assert files == sorted([*FILES, "prompt.txt"])
+        assert files == sorted([*FILES, "prompt.txt", "scenario.txt"])
+    assert summary["files_per_task"] == [*FILES, "prompt.txt", "scenario.txt"]
 
 
 def test_csvs_read_back_to_the_task_arrays_exactly(exported):
@@ -350,23 +356,41 @@ def test_task_folders_hide_names_and_truth(exported):
         assert all(name in prompt for name in FILES)
 
 
-def test_key_holds_the_mapping_and_the_truth(exported):
+def test_key_holds_the_mapping_the_truth_and_the_description(exported, llm_corpus):
     (out, _), _, tasks = exported
     lines = [json.loads(line) for line in (out / KEY).read_text().splitlines()]
-    assert [line["task_id"] for line in lines] == [t.task_id for t in tasks]
-    for position, (line, task) in enumerate(zip(lines, tasks, strict=True)):
-        assert line["folder"] == f"{TASKS}/{task_folder_name(position)}"
-        assert line["variables"]["<target_1>"] == {
-            "name": task.target,
-            "unit": task.units[task.target],
-        }
-        names = [line["variables"][f"<covariate_{i}>"]["name"] for i in range(1, task.k + 1)]
-        assert tuple(names) == task.covariates
-        assert np.array_equal(np.array(line["future_target"], np.float32), task.future_target)
-        assert np.array_equal(
-            np.array(line["counterfactual_future"], np.float32), task.counterfactual_future
-        )
-        assert line["history_last_value"] == float(task.history_target[-1])
+    with Corpus(llm_corpus) as corpus:
+        describer = Describer(corpus)
+        assert [line["task_id"] for line in lines] == [t.task_id for t in tasks]
+        for position, (line, task) in enumerate(zip(lines, tasks, strict=True)):
+            assert line["folder"] == f"{TASKS}/{task_folder_name(position)}"
+            assert line["variables"]["<target_1>"] == {
+                "name": task.target,
+                "unit": task.units[task.target],
+            }
+            names = [line["variables"][f"<covariate_{i}>"]["name"] for i in range(1, task.k + 1)]
+            assert tuple(names) == task.covariates
+            assert np.array_equal(np.array(line["future_target"], np.float32), task.future_target)
+            assert np.array_equal(
+                np.array(line["counterfactual_future"], np.float32), task.counterfactual_future
+            )
+            assert line["history_last_value"] == float(task.history_target[-1])
+            assert line["description"] == describer.describe(task)
+            assert line["scenario_text"] == describer.text(task)
+
+
+def test_scenario_file_is_the_anonymised_future_event(exported, llm_corpus):
+    (out, _), _, tasks = exported
+    with Corpus(llm_corpus) as corpus:
+        describer = Describer(corpus)
+        for position, task in enumerate(tasks):
+            text = (out / TASKS / task_folder_name(position) / "scenario.txt").read_text()
+            names = {f"<covariate_{i}>" for i in range(1, task.k + 1)}
+            assert text.startswith("From ") and text.endswith(".\n")
+            assert all(name in text for name in names)
+            assert "target" not in text  # no word on how the target responds
+            dummies = {c: f"<covariate_{i}>" for i, c in enumerate(task.covariates, 1)}
+            assert text == describer.text(task, names=dummies, units=False, relations=False) + "\n"
 
 
 def test_written_twice_byte_identical(exported):

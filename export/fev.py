@@ -11,7 +11,8 @@ Layout of the export folder::
 
 Each row is one task (one series) in fev's wide format: ``id`` (the task id), ``timestamp``
 (history then future, ``list<timestamp[ms]>``), ``target`` and ``covariate_1..K`` (float32
-lists, history then future). The real names and units sit in scalar string columns (JSON):
+lists, history then future). The real names and units, and the task's description
+(``generator.describe``), sit in scalar string columns (JSON):
 fev treats every list column as a dynamic one. Paths in the YAML files are relative to the
 export folder; ``load_benchmark`` resolves them. See docs/EXPORT_FEV.md.
 """
@@ -43,6 +44,7 @@ METADATA_COLUMNS = (
     "event_length",
     "e_setting",
     "interval_s",
+    "description",
 )
 TASK_FILE = "tasks.yaml"
 PER_TASK_FILE = "tasks_per_task.yaml"
@@ -69,6 +71,7 @@ def _schema(k: int, tz: str | None) -> pa.Schema:
         pa.field("event_length", pa.int32()),
         pa.field("e_setting", pa.string()),
         pa.field("interval_s", pa.int64()),
+        pa.field("description", pa.string()),
     ]
     return pa.schema(fields)
 
@@ -90,7 +93,7 @@ def _covariate_units(corpus) -> dict[tuple[str, str], dict[str, str]]:
         return {}
 
 
-def _row(task, units: dict[str, str]) -> dict[str, Any]:
+def _row(task, units: dict[str, str], describer=None) -> dict[str, Any]:
     stamps = task.timestamps()
     row = {
         "id": task.task_id,
@@ -113,6 +116,7 @@ def _row(task, units: dict[str, str]) -> dict[str, Any]:
         event_length=task.event_length,
         e_setting=task.e_setting,
         interval_s=task.interval_s,
+        description=describer.json(task) if describer is not None else None,
     )
     return row
 
@@ -131,13 +135,15 @@ def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     return pa.table(columns, schema=schema)
 
 
-def _write_parquet(path: Path, tasks: list, units_of, schema: pa.Schema, bar) -> None:
+def _write_parquet(
+    path: Path, tasks: list, units_of, schema: pa.Schema, bar, describer=None
+) -> None:
     """Tasks (already in id order) to one zstd Parquet file, ROW_GROUP rows at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with pq.ParquetWriter(path, schema, compression="zstd", compression_level=3) as writer:
         for start in range(0, len(tasks), ROW_GROUP):
             chunk = tasks[start : start + ROW_GROUP]
-            rows = [_row(t, units_of(t)) for t in chunk]
+            rows = [_row(t, units_of(t), describer) for t in chunk]
             writer.write_table(_table(rows, schema), row_group_size=ROW_GROUP)
             if bar is not None:
                 bar.update(len(chunk))
@@ -195,8 +201,11 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
     (``tasks_per_task.yaml``), whose fev scores equal ``whatif evaluate``'s per-task scores."""
     from tqdm.auto import tqdm
 
+    from whatif_bench.generator.describe import export_describer
+
     folder = Path(folder)
     units = _covariate_units(corpus)
+    describer = export_describer(corpus)
 
     def units_of(task) -> dict[str, str]:
         return units.get((task.simulator, task.target), {})
@@ -223,7 +232,7 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
             tz = loaded[0].timestamps().tz
             schema = _schema(k, None if tz is None else str(tz))
             relative = f"data/{simulator}/{c_label}-K{k}.parquet"
-            _write_parquet(folder / relative, loaded, units_of, schema, bar)
+            _write_parquet(folder / relative, loaded, units_of, schema, bar, describer)
             name = f"whatif/{simulator}/{c_label}/K{k}"
             pooled.append(_fev_task(relative, horizon, k, name))
             group = {
@@ -241,7 +250,7 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
                 group["per_task_folder"] = f"per_task/{simulator}/{c_label}-K{k}"
                 for index, task in enumerate(loaded):
                     one = f"{group['per_task_folder']}/{index:0{width}d}.parquet"
-                    _write_parquet(folder / one, [task], units_of, schema, bar)
+                    _write_parquet(folder / one, [task], units_of, schema, bar, describer)
                     single.append(_fev_task(one, horizon, k, task.task_id))
             groups.append(group)
     finally:

@@ -20,6 +20,7 @@ from whatif_bench.evaluation import evaluate  # noqa: E402
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, wape, wql  # noqa: E402
 from whatif_bench.export import fev as fev_export  # noqa: E402
 from whatif_bench.generator import Corpus  # noqa: E402
+from whatif_bench.generator.describe import Describer  # noqa: E402
 
 fev = pytest.importorskip("fev")
 
@@ -138,6 +139,15 @@ def test_names_and_units_are_kept(exported, corpus_path):
     assert table["target_unit"].iloc[0] == task.units[task.target]
     units = json.loads(table["covariate_units"].iloc[0])
     assert len(units) == task.k and all(units)  # the corpus was built from the shipped registry
+
+
+def test_each_series_carries_its_description(exported, corpus_path):
+    folder, manifest, _, _ = exported
+    table = pd.read_parquet(folder / manifest["groups"][0]["file"], columns=["id", "description"])
+    with Corpus(corpus_path) as corpus:
+        describer = Describer(corpus)
+        for task_id, text in zip(table["id"], table["description"], strict=True):
+            assert json.loads(text) == describer.describe(corpus[task_id])
 
 
 def test_per_task_fev_scores_equal_whatif_evaluate(exported, naive_scores, selection):

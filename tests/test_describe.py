@@ -399,3 +399,19 @@ def test_describer_uses_the_corpus_float64_baseline(described, corpus_path):
         assert describer.describe(corpus[task.task_id]) == description
         assert json.loads(describer.json(corpus[task.task_id])) == description
         assert describer.text(corpus[task.task_id]) == scenario_text(task, relationship)
+
+
+def test_the_documented_example_is_what_the_code_gives(corpus_path):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "CORPUS_FORMAT.md").read_text()
+    section = doc[doc.index("**Worked example**") :]
+    block = section[section.index("```json\n") + 8 : section.index("\n```\n")]
+    quoted = section[section.index("\n> ") :].split("\n\n")[0]
+    sentence = " ".join(line[2:] for line in quoted.strip().splitlines())
+    example = json.loads(block)
+    with Corpus(corpus_path) as corpus:
+        describer = Describer(corpus)
+        task = corpus[example["task_id"]]
+        assert describer.describe(task) == example
+        assert describer.text(task) == sentence

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,7 @@ def _matrix(arrays: list[np.ndarray]):
     return pa.ListArray.from_arrays(pa.array(offsets), inner)
 
 
-def table(tasks: list, descriptions: list[str | None] | None = None):
+def table(tasks: list, descriptions: Sequence[str | None] | None = None):
     """The pyarrow table of a batch of ``Task`` objects; ``descriptions`` (one JSON text per
     task, ``generator.describe``) fill the ``description`` column (null without them)."""
     import pyarrow as pa

@@ -185,6 +185,27 @@ def test_show_and_evaluate_read_a_user_corpus(corpus, inputs, tmp_path):
     assert sorted(board["model"]) == ["linear", "naive"]
 
 
+def test_a_user_corpus_is_described_given_its_forms_and_exports_null_descriptions(corpus, tmp_path):
+    """``show --describe`` loads the user forms when given them; an export, which takes no
+    ``--forms``, writes null descriptions rather than running code the corpus names."""
+    from whatif_bench.export import export_corpus
+    from whatif_bench.generator import Corpus
+
+    with Corpus(corpus) as opened:
+        task_id = next(t for t in opened.task_ids() if "speed_loop_e_1_far" in t)
+    described = run_whatif(
+        "show", task_id, "--corpus", str(corpus), "--forms", str(FORMS), "--describe"
+    )
+    assert described.returncode == 0, described.stderr
+    description = json.loads(described.stdout)
+    effect = description["effect"]
+    assert sum(effect["contributions"].values()) == pytest.approx(effect["total"], rel=1e-9)
+    clean_failure(run_whatif("show", task_id, "--corpus", str(corpus), "--describe"), "--forms")
+    out = export_corpus(corpus, "parquet", tmp_path / "hf", subset=0.05, progress=False)
+    table = pd.read_parquet(next((out / "data").glob("*.parquet")), columns=["description"])
+    assert len(table) > 0 and table["description"].isna().all()
+
+
 def test_the_config_validates_itself_when_built(tmp_path):
     base = {"baselines": "b.h5", "out": str(tmp_path / "c.h5")}
     with pytest.raises(GenerationError, match="targets must be a list of names"):

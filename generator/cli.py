@@ -81,14 +81,22 @@ def add_arguments(subparsers) -> None:
         help="draw history, both futures and covariates to this PNG file; a folder (existing, "
         "or written with a trailing /) gets <task id with / as _>.png (default: no plot)",
     )
-    show.add_argument(
+    described = show.add_mutually_exclusive_group()
+    described.add_argument(
         "--describe",
-        nargs="?",
+        action="store_const",
         const="json",
-        choices=("json", "text"),
-        help="print the task's description instead: 'json' (or no value) the structured "
-        "description with the exact per-covariate attribution, 'text' the scenario sentence "
-        "(docs/CORPUS_FORMAT.md, 'Task descriptions'; default: the usual summary)",
+        help="print the task's structured description (JSON, with the exact per-covariate "
+        "attribution; docs/CORPUS_FORMAT.md, 'Task descriptions') instead of the summary "
+        "(default: off)",
+    )
+    described.add_argument(
+        "--scenario",
+        dest="describe",
+        action="store_const",
+        const="text",
+        help="print the future event as a sentence in the covariates' units instead of the "
+        "summary (default: off)",
     )
     add_forms_argument(show, "needed for a corpus built with --forms; must be unchanged")
     show.set_defaults(handler=_show)

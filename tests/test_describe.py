@@ -382,14 +382,18 @@ def test_show_describe_prints_the_description_and_the_text(described, corpus_pat
     shown = run_whatif("show", task.task_id, "--corpus", str(corpus_path), "--describe")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout) == description
-    text = run_whatif("show", task.task_id, "--corpus", str(corpus_path), "--describe", "text")
+    text = run_whatif("show", task.task_id, "--corpus", str(corpus_path), "--scenario")
     assert text.returncode == 0, text.stderr
     assert text.stdout == scenario_text(task, relationship) + "\n"
     plain = run_whatif("show", task.task_id, "--corpus", str(corpus_path))
     assert plain.stdout.splitlines()[0] == task.task_id  # the usual summary, unchanged
     assert "schema" not in plain.stdout
-    wrong = run_whatif("show", task.task_id, "--corpus", str(corpus_path), "--describe", "yaml")
-    assert wrong.returncode != 0 and "invalid choice" in wrong.stderr
+    first = run_whatif("show", "--describe", task.task_id, "--corpus", str(corpus_path))
+    assert first.returncode == 0 and json.loads(first.stdout) == json.loads(shown.stdout)
+    both = run_whatif(
+        "show", task.task_id, "--corpus", str(corpus_path), "--describe", "--scenario"
+    )
+    assert both.returncode != 0 and "not allowed with argument" in both.stderr
 
 
 def test_describer_uses_the_corpus_float64_baseline(described, corpus_path):

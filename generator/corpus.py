@@ -7,6 +7,7 @@ float64 baselines are in the file too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -374,6 +375,48 @@ class Corpus:
             offsets.append(int(columns["future_target_offset"][row]) + future * prediction)
             sizes.append(prediction)
         return self._slices("future_target", offsets, sizes)
+
+    # ---- the Restraint future: no covariate moves (derived, nothing stored) ----------------
+    def restraint_inputs(
+        self,
+        pair_ids: Sequence[str],
+        covariate_units: dict[tuple[str, str], dict[str, str]] | None = None,
+    ) -> list[TaskInput]:
+        """The Restraint input of each pair: its history, with every future covariate at its
+        base value over the horizon (float32, as stored covariates are), task id
+        ``<pair id>/restraint``. An unknown or dropped pair is a ``KeyError``."""
+        inputs = self.task_inputs([f"{p}/{FUTURES[0]}" for p in pair_ids], covariate_units)
+        columns = self._pair_columns()
+        made = []
+        for pair_id, given in zip(pair_ids, inputs, strict=True):
+            row = self._rows[pair_id]
+            simulator, target = str(columns["simulator"][row]), str(columns["target"][row])
+            base = self._relationship_summary(simulator, target)["base_value"]
+            values = np.array([base[name] for name in given.covariate_names], dtype=np.float64)
+            future = np.repeat(values[:, None], given.prediction_length, axis=1)
+            made.append(
+                dataclasses.replace(
+                    given,
+                    task_id=f"{pair_id}/restraint",
+                    future_covariates=future.astype(np.float32),
+                )
+            )
+        return made
+
+    def counterfactual_futures(self, pair_ids: Sequence[str]) -> list[np.ndarray]:
+        """Each pair's target over the horizon with no future event (H,) float32: the embedded
+        baseline there, the Restraint future's truth (``Task.counterfactual_future``)."""
+        self._locate([f"{p}/{FUTURES[0]}" for p in pair_ids])  # unknown or dropped: KeyError
+        columns = self._pair_columns()
+        futures = []
+        for pair_id in pair_ids:
+            row = self._rows[pair_id]
+            simulator, target = str(columns["simulator"][row]), str(columns["target"][row])
+            begin = int(columns["window_start"][row]) + int(columns["context"][row])
+            baseline = self._baseline_cached(simulator, target)
+            future = baseline[begin : begin + int(columns["prediction"][row])]
+            futures.append(future.astype(np.float32))
+        return futures
 
     def _locate(self, task_ids: Sequence[str]) -> list[tuple[int, int]]:
         """(row of ``pairs``, index of the future in ``FUTURES``) of each task id."""

@@ -4,6 +4,7 @@ they obey for every input, the Restraint inputs read from a real corpus, and ``w
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -241,3 +242,109 @@ def test_a_model_failing_on_restraint_inputs_fails_its_histories_with_one_error_
     assert (failed["failed"] == "predict raised RuntimeError: constant covariates").all()
     assert (table[table["model"] == "naive"]["failed"] == "").all()
     assert "relational scores over" in done.stdout
+
+
+# ---- the Restraint future in a corpus (whatif generate --futures replay,novel,restraint) -------
+@pytest.fixture(scope="module")
+def restraint_path(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("restraint-corpus")
+    config = GenerationConfig(
+        baselines=str(shipped_baselines_path()),
+        out=str(folder / "c.h5"),
+        targets=("sumo/flow_loop_e_0_near", "epanet/pressure_10"),
+        jobs=1,
+        futures=("restraint", "novel", "replay"),  # any order: stored in the canonical one
+    )
+    return generate(config, progress=False)
+
+
+def _datasets(path) -> dict[str, object]:
+    """Every dataset of a file: its bytes (its values, for strings)."""
+    import h5py
+
+    found: dict[str, object] = {}
+
+    def keep(name, item):
+        if isinstance(item, h5py.Dataset):
+            values = np.asarray(item[()])
+            found[name] = values.tolist() if values.dtype.kind == "O" else values.tobytes()
+
+    with h5py.File(path, "r") as h5:
+        h5.visititems(keep)
+    return found
+
+
+def test_a_restraint_corpus_stores_nothing_new_and_records_its_futures(corpus_path, restraint_path):
+    import h5py
+
+    stored = _datasets(corpus_path)
+    assert len(stored) > 20 and _datasets(restraint_path) == stored  # every array, byte for byte
+    with h5py.File(corpus_path, "r") as plain, h5py.File(restraint_path, "r") as other:
+        differ = {k for k in plain.attrs if plain.attrs[k] != other.attrs[k]}
+        assert differ == {"config", "axes", "n_tasks_generated", "n_tasks_kept"}
+        assert "futures" not in json.loads(plain.attrs["config"])  # the default, as before
+        assert json.loads(other.attrs["config"])["futures"] == ["replay", "novel", "restraint"]
+        assert json.loads(other.attrs["axes"])["futures"] == ["replay", "novel", "restraint"]
+        assert other.attrs["n_tasks_kept"] == 3 * other.attrs["n_pairs_kept"]
+    done = run_whatif("verify", str(restraint_path))
+    assert done.returncode == 0, done.stderr
+    info = run_whatif("info", str(restraint_path), "--json")
+    assert json.loads(info.stdout)["by_future"]["restraint"]["kept"] > 0
+
+
+def test_restraint_tasks_hold_base_covariates_and_the_counterfactual(restraint_path):
+    with Corpus(restraint_path) as corpus:
+        assert corpus.futures == ("replay", "novel", "restraint")
+        view = corpus.filter(future="restraint", C="C1")
+        ids = view.task_ids()
+        assert ids and all(i.endswith("/restraint") for i in ids)
+        assert len(corpus) == 3 * int(corpus.pairs["kept"].sum())
+        mixed = [ids[0], ids[0].replace("/restraint", "/novel"), ids[1]]
+        inputs, truths = corpus.task_inputs(mixed), corpus.ground_truths(mixed)
+        for task_id, given, truth in zip(mixed, inputs, truths, strict=True):
+            task = corpus[task_id]
+            assert np.array_equal(given.future_covariates, task.future_covariates)
+            assert np.array_equal(truth, task.future_target)
+        task = corpus[ids[0]]
+        assert np.array_equal(task.future_target, task.counterfactual_future)
+        bases = np.array(task.recipe["base_values"], dtype=np.float32)
+        assert np.array_equal(task.future_covariates[:, 0], bases)
+        assert (task.future_covariates == task.future_covariates[:, :1]).all()
+        assert task.recipe["future_factors"] == [1.0] * task.k
+        pair = ids[0].rpartition("/")[0]
+        assert np.array_equal(
+            corpus.restraint_inputs([pair])[0].future_covariates, task.future_covariates
+        )
+
+
+def test_evaluating_a_restraint_corpus_scores_restraint_tasks_and_the_same_relations(
+    tmp_path, corpus_path, restraint_path
+):
+    plain = evaluate(corpus_path, ["naive", "ridge"], tmp_path / "a", progress=False,
+                     subset=0.1, relational=True)  # fmt: skip
+    other = evaluate(restraint_path, ["naive", "ridge"], tmp_path / "b", progress=False,
+                     relational=True)  # fmt: skip
+    assert set(other.per_task["future"]) == {"replay", "novel", "restraint"}
+    assert "restraint" in set(pd.read_csv(tmp_path / "b" / "slices" / "future.csv")["future"])
+    # the relational scores of a history are the same whether Restraint is stored or derived
+    both = other.relational.merge(plain.relational, on=["pair_id", "model"])
+    assert len(both) == len(plain.relational) > 0
+    for name in SCORE_COLUMNS:
+        pd.testing.assert_series_equal(both[f"{name}_x"], both[f"{name}_y"], check_names=False)
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("replay,novel,restrain", "unknown future type 'restrain' in --futures"),
+        ("novel,restraint", "--futures must include replay and novel"),
+    ],
+)
+def test_bad_futures_are_one_error_line(tmp_path, given, said):
+    done = run_whatif(
+        "generate", "--targets", "epanet/pressure_10", "--out", str(tmp_path / "x.h5"),
+        "--futures", given,
+    )  # fmt: skip
+    assert done.returncode != 0 and not (tmp_path / "x.h5").exists()
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith("error: ") and said in done.stderr

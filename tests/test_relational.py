@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from tests.conftest import run_whatif
-from whatif_bench.evaluation import evaluate, make_forecaster
+from whatif_bench.evaluation import Forecast, evaluate, make_forecaster
 from whatif_bench.evaluation.relational import (
     SCORE_COLUMNS,
     HistoryTruth,
@@ -348,3 +348,29 @@ def test_bad_futures_are_one_error_line(tmp_path, given, said):
     assert done.returncode != 0 and not (tmp_path / "x.h5").exists()
     assert done.stderr.strip().splitlines() == [done.stderr.strip()]
     assert done.stderr.startswith("error: ") and said in done.stderr
+
+
+class CountingNaive:
+    """The last value, counting the inputs it is asked for (per class, across instances)."""
+
+    name = "counting-naive"
+    _seen: list[str] = []  # private: not part of the fingerprint
+
+    def predict(self, batch):
+        CountingNaive._seen += [t.task_id for t in batch]
+        return [Forecast(point=np.full(t.prediction_length, t.history_target[-1])) for t in batch]
+
+
+def test_relational_chunks_are_kept_and_a_second_run_forecasts_nothing(tmp_path, corpus_path):
+    out = tmp_path / "resume"
+    first = evaluate(corpus_path, ["naive", CountingNaive()], out, subset=0.05, progress=False,
+                     relational=True)  # fmt: skip
+    histories = first.relational["pair_id"].nunique()
+    restraint = [i for i in CountingNaive._seen if i.endswith("/restraint")]
+    assert len(restraint) == histories  # every history's Restraint input, once
+    assert len(list((out / "per_task" / "counting-naive").glob("chunk-relational-*"))) >= 1
+    CountingNaive._seen = []
+    again = evaluate(corpus_path, ["naive", CountingNaive()], out, subset=0.05, progress=False,
+                     relational=True)  # fmt: skip
+    assert CountingNaive._seen == [] and again.notes == []
+    pd.testing.assert_frame_equal(again.relational, first.relational)

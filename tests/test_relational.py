@@ -374,3 +374,21 @@ def test_relational_chunks_are_kept_and_a_second_run_forecasts_nothing(tmp_path,
                      relational=True)  # fmt: skip
     assert CountingNaive._seen == [] and again.notes == []
     pd.testing.assert_frame_equal(again.relational, first.relational)
+
+
+def test_verify_names_a_config_whose_futures_contradict_the_axes(tmp_path, restraint_path):
+    import shutil
+
+    import h5py
+
+    copy = tmp_path / "c.h5"
+    shutil.copyfile(restraint_path, copy)
+    with h5py.File(copy, "r+") as h5:
+        config = json.loads(h5.attrs["config"])
+        del config["futures"]
+        h5.attrs["config"] = json.dumps(config, sort_keys=True)
+    done = run_whatif("verify", str(copy))
+    assert done.returncode != 0
+    assert "attribute config: futures None differ from the future types of the axes" in (
+        done.stdout + done.stderr
+    )

@@ -53,6 +53,15 @@ def add_arguments(subparsers) -> None:
     parser.add_argument(
         "--seed", type=seed_int, default=0, help="seed of the --subset draw (default: %(default)s)"
     )
+    parser.add_argument(
+        "--relational",
+        action="store_true",
+        help=(
+            "also score every history on the relational scores (direction, intensity, contrast, "
+            "restraint; docs/RELATIONAL.md): each model forecasts its Replay, Novel and "
+            "Restraint (no covariate moves) futures; writes relational.parquet"
+        ),
+    )
     parser.set_defaults(handler=_evaluate)
 
 
@@ -130,6 +139,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         seed=args.seed,
         log=_note,
         cluster=cluster_from_args(args),
+        relational=args.relational,
     )
     board = result.leaderboard
     print(f"{len(result.per_task['task_id'].unique()):,} tasks; reference {result.reference}")
@@ -138,7 +148,17 @@ def _evaluate(args: argparse.Namespace) -> int:
             f"  {row.model:<14} skill {_number(row.skill_score, '+.4f')}  win rate "
             f"{_number(row.win_rate, '.4f')}  tasks {row.num_tasks:,}  failed {row.num_failed:,}"
         )
-    print(f"wrote {result.out}/leaderboard.md, slices/, plots/, per_task.parquet")
+    if result.relational is not None:
+        histories = result.relational["pair_id"].nunique()
+        print(f"relational scores over {histories:,} histories")
+        for row in board.itertuples(index=False):
+            print(
+                f"  {row.model:<14} direction {_number(row.direction, '.4f')}  intensity "
+                f"{_number(row.intensity, '+.4f')}  contrast {_number(row.contrast, '.4f')}  "
+                f"restraint {_number(row.restraint, '.4f')}  histories {row.num_histories:,}"
+            )
+    written = ", relational.parquet" if result.relational is not None else ""
+    print(f"wrote {result.out}/leaderboard.md, slices/, plots/, per_task.parquet{written}")
     failing = result.failure_summary()
     for line in failing:
         print(f"warning: {line}", file=sys.stderr)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from whatif_bench.evaluation.aggregate import leaderboard
+from whatif_bench.evaluation.relational import summarise
 from whatif_bench.generator.axes import report_axes
 from whatif_bench.outputs import atomic_output, make_folder, write_text_atomic
 
@@ -67,14 +68,27 @@ def _write_csv(frame: pd.DataFrame, path: Path) -> None:
     _write(path, lambda tmp: frame.to_csv(tmp, index=False))
 
 
-def write_reports(per_task: pd.DataFrame, reference: str, out: Path) -> pd.DataFrame:
+def write_reports(
+    per_task: pd.DataFrame,
+    reference: str,
+    out: Path,
+    relational: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Write leaderboard.{md,csv}, slices/<axis>.{md,csv} and plots/skill_by_<axis>.png.
 
     The leaderboard has ``num_tasks`` (tasks each model was scored on) and ``num_failed``
-    (tasks it failed on, left out of its scores; see the ``failed`` column of per_task)."""
+    (tasks it failed on, left out of its scores; see the ``failed`` column of per_task).
+    With ``relational`` (per-history relational scores, ``evaluate(relational=True)``) it also
+    has each model's relational summary (``relational.summarise``), and every axis that names
+    a history gets ``slices/relational_<axis>.{md,csv}``."""
     board = leaderboard(errors_table(per_task), reference).reset_index(names="model")
     failed = per_task[per_task["failed"] != ""].groupby("model").size()
     board["num_failed"] = board["model"].map(failed).fillna(0).astype(int)
+    if relational is not None:
+        summary = summarise(relational).set_index("model")
+        for column in summary.columns:
+            board[column] = board["model"].map(summary[column])
+        board["num_histories"] = board["num_histories"].fillna(0).astype(int)
     _write_csv(board, out / "leaderboard.csv")
     text = [
         f"# Leaderboard (reference: {reference}; metric: wQL, point forecasts at the 0.5 level)\n",
@@ -97,9 +111,43 @@ def write_reports(per_task: pd.DataFrame, reference: str, out: Path) -> pd.DataF
                 table.pivot(index=column, columns="model", values="skill_score").reset_index()
             ),
         ]
+    if relational is not None:
+        text += _relational_slices(relational, slice_folder)
     write_text_atomic(out / "leaderboard.md", "\n".join(text), lock=False)
     _plots(per_task, reference, out / "plots")
     return board
+
+
+RELATIONAL_NOTE = (
+    "Relational scores (docs/RELATIONAL.md), over the histories of the selection: direction "
+    "(share of event steps whose forecast effect, event minus restraint forecast, has the true "
+    "effect's sign) and contrast (Novel moved further than Replay exactly when the truth did) "
+    "and restraint (share of restraint steps no further from the counterfactual than the naive "
+    "forecast) are means over histories; intensity (median forecast effect / true effect) is "
+    "the median over histories."
+)
+
+
+def _relational_slices(relational: pd.DataFrame, folder: Path) -> list[str]:
+    """Write slices/relational_<axis>.{md,csv} for the axes that name a history; the
+    leaderboard.md sections (direction and intensity by axis)."""
+    text = [f"\n## Relational scores\n\n{RELATIONAL_NOTE}\n"]
+    for axis, column in slices().items():
+        if column not in relational.columns:  # the future type: each history has all three
+            continue
+        table = summarise(relational, [column])
+        _write_csv(table, folder / f"relational_{axis}.csv")
+        write_text_atomic(
+            folder / f"relational_{axis}.md",
+            f"# Relational scores by {axis}\n\n{RELATIONAL_NOTE}\n\n" + _markdown(table),
+            lock=False,
+        )
+        for score in ("direction", "intensity"):
+            text += [
+                f"\n### {score.capitalize()} by {axis}\n",
+                _markdown(table.pivot(index=column, columns="model", values=score).reset_index()),
+            ]
+    return text
 
 
 # skill scores below this are drawn as bars cut at the axis floor, their value written on them

@@ -39,7 +39,14 @@ from whatif_bench.evaluation.forecasters import (
     make_forecaster,
 )
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, score
-from whatif_bench.generator.axes import strata
+from whatif_bench.evaluation.relational import (
+    EVENT_FUTURES,
+    RESTRAINT,
+    SCORE_COLUMNS,
+    HistoryTruth,
+    history_scores,
+)
+from whatif_bench.generator.axes import pair_columns, strata
 from whatif_bench.outputs import (
     OutputError,
     OutputLockedError,
@@ -71,6 +78,7 @@ class EvaluationResult:
     reference: str
     out: Path
     notes: list[str] = field(default_factory=list)
+    relational: pd.DataFrame | None = None  # per history and model (``relational=True`` only)
 
     @property
     def failures(self) -> pd.DataFrame:
@@ -92,6 +100,16 @@ class EvaluationResult:
             if model == self.reference:
                 line += "; as the reference, it leaves those tasks out of every skill score"
             lines.append(line)
+        if self.relational is not None:
+            failed = self.relational[self.relational["failed"] != ""]
+            total = self.relational["pair_id"].nunique()
+            for model, rows in failed.groupby("model", sort=False):
+                first = rows.iloc[0]
+                lines.append(
+                    f"model {model!r} failed on {len(rows):,} of {total:,} histories of the "
+                    f"relational scores (first: {first['pair_id']}: {first['failed']}); they are "
+                    "left out of its relational scores"
+                )
         return lines
 
 
@@ -192,11 +210,32 @@ def _predict(forecaster, inputs: list[TaskInput]) -> list | str:
 
 def _score_forecast(truth: np.ndarray, forecast) -> dict[str, float] | str:
     """wql and wape of one forecast, or the reason it cannot be scored."""
+    arrays = _forecast_arrays(forecast, truth.shape[0])
+    if isinstance(arrays, str):
+        return arrays
+    metrics = score(truth, arrays.get("point"), arrays.get("quantiles"))
+    if not all(np.isfinite(v) for v in metrics.values()):
+        return f"score is not finite ({metrics})"
+    return metrics
+
+
+def _central(forecast, horizon: int) -> np.ndarray | str:
+    """A forecast's point forecast, else its median (H,) float64, as WAPE scores it; or the
+    reason it is unusable."""
+    arrays = _forecast_arrays(forecast, horizon)
+    if isinstance(arrays, str):
+        return arrays
+    if "point" in arrays:
+        return arrays["point"]
+    return arrays["quantiles"][:, QUANTILE_LEVELS.index(0.5)]
+
+
+def _forecast_arrays(forecast, horizon: int) -> dict[str, np.ndarray] | str:
+    """The point and/or quantile arrays of one forecast (float64, checked), or why not."""
     if forecast is None:
         return "forecast is None"
     if not hasattr(forecast, "point") and not hasattr(forecast, "quantiles"):
         return f"forecast is a {type(forecast).__name__}, not a Forecast"
-    horizon = truth.shape[0]
     arrays = {}
     for name, shape in (("point", (horizon,)), ("quantiles", (horizon, len(QUANTILE_LEVELS)))):
         value = getattr(forecast, name, None)
@@ -213,10 +252,7 @@ def _score_forecast(truth: np.ndarray, forecast) -> dict[str, float] | str:
         arrays[name] = array
     if not arrays:
         return "forecast has neither a point forecast nor quantiles"
-    metrics = score(truth, arrays.get("point"), arrays.get("quantiles"))
-    if not all(np.isfinite(v) for v in metrics.values()):
-        return f"score is not finite ({metrics})"
-    return metrics
+    return arrays
 
 
 def _file_identity(path: str | os.PathLike) -> tuple[int, int, int, int]:
@@ -314,6 +350,84 @@ def _score_tasks(
 
 
 CHUNK_COLUMNS = ["task_id", "model", "wql", "wape", "failed"]
+RELATIONAL_COLUMNS = ["pair_id", "model", *SCORE_COLUMNS, "failed"]
+RELATIONAL_CHUNK = CHUNK // 2  # histories per relational chunk: three inputs each
+
+
+def relational_parts(
+    corpus: Corpus, pair_ids: list[str], units: dict | None = None
+) -> tuple[list[TaskInput], list[HistoryTruth]]:
+    """The inputs of each history's three futures (Replay, Novel, Restraint, history by
+    history) and their truths, read from ``corpus``."""
+    inputs = {
+        future: corpus.task_inputs([f"{p}/{future}" for p in pair_ids], units)
+        for future in EVENT_FUTURES
+    }
+    inputs[RESTRAINT] = corpus.restraint_inputs(pair_ids, units)
+    truths = {
+        future: corpus.ground_truths([f"{p}/{future}" for p in pair_ids])
+        for future in EVENT_FUTURES
+    }
+    counterfactuals = corpus.counterfactual_futures(pair_ids)
+    rows = corpus.pairs.set_index("pair_id").loc[pair_ids]
+    batch, made = [], []
+    for index, pair_id in enumerate(pair_ids):
+        batch += [inputs[future][index] for future in (*EVENT_FUTURES, RESTRAINT)]
+        restraint_input = inputs[RESTRAINT][index]
+        made.append(
+            HistoryTruth(
+                pair_id=pair_id,
+                counterfactual=counterfactuals[index].astype(np.float64),
+                replay=truths["replay"][index].astype(np.float64),
+                novel=truths["novel"][index].astype(np.float64),
+                event_steps=int(
+                    min(rows["event_length"].iloc[index], rows["prediction"].iloc[index])
+                ),
+                last_value=float(restraint_input.history_target[-1]),
+            )
+        )
+    return batch, made
+
+
+def _relational_chunk(
+    corpus_path: str, identity: tuple, pair_ids: list[str], models: list[Forecaster | str]
+) -> list[pd.DataFrame]:
+    """Relational scores of one chunk of histories with several models (``_relational_tasks``),
+    read from this process's open corpus."""
+    corpus, units, _ = _corpus_reader(corpus_path, identity)
+    return _relational_tasks(*relational_parts(corpus, pair_ids, units), models)
+
+
+def _relational_tasks(
+    inputs: list[TaskInput], truths: list[HistoryTruth], models: list[Forecaster | str]
+) -> list[pd.DataFrame]:
+    """Each model forecasts ``inputs`` (three per history, as ``relational_parts`` orders them)
+    in one batch; one frame of ``RELATIONAL_COLUMNS`` per model, a row per history. A history
+    whose forecasts cannot be used has NaN scores and the reason in ``failed``."""
+    futures = (*EVENT_FUTURES, RESTRAINT)
+    frames = []
+    for model in models:
+        forecaster = make_forecaster(model) if isinstance(model, str) else model
+        forecasts = _predict(forecaster, list(inputs))
+        rows = []
+        for index, truth in enumerate(truths):
+            failed = forecasts if isinstance(forecasts, str) else ""
+            central: dict[str, np.ndarray] = {}
+            for offset, future in enumerate(futures):
+                if failed:
+                    break
+                value = _central(forecasts[3 * index + offset], truth.counterfactual.size)
+                if isinstance(value, str):
+                    failed = f"{future} forecast: {value}"
+                else:
+                    central[future] = value
+            scores = (
+                dict.fromkeys(SCORE_COLUMNS, np.nan) if failed else history_scores(central, truth)
+            )
+            label = _model_label(model)
+            rows.append({"pair_id": truth.pair_id, "model": label, **scores, "failed": failed})
+        frames.append(pd.DataFrame(rows, columns=RELATIONAL_COLUMNS))
+    return frames
 
 
 def _write_chunk(frame: pd.DataFrame, path: Path) -> None:
@@ -322,8 +436,13 @@ def _write_chunk(frame: pd.DataFrame, path: Path) -> None:
         frame.to_parquet(tmp, index=False)
 
 
-def _read_chunk(path: Path, ids: list[str], label: str) -> tuple[pd.DataFrame | None, str | None]:
-    """A chunk on disk if it is complete and clean; else None (recompute) and why, if notable."""
+def _read_chunk(
+    path: Path, ids: list[str], label: str, columns: list[str] = CHUNK_COLUMNS
+) -> tuple[pd.DataFrame | None, str | None]:
+    """A chunk on disk if it is complete and clean; else None (recompute) and why, if notable.
+
+    ``columns``: ``CHUNK_COLUMNS`` (a chunk of tasks, ``ids`` its task ids) or
+    ``RELATIONAL_COLUMNS`` (a chunk of histories, ``ids`` their pair ids)."""
     if not path.exists():
         return None, None
     try:
@@ -331,8 +450,8 @@ def _read_chunk(path: Path, ids: list[str], label: str) -> tuple[pd.DataFrame | 
     except Exception as exc:  # truncated, empty or not parquet at all
         return None, f"{path}: unreadable ({_one_line(exc, 120)}); recomputing it"
     if (
-        list(frame.columns) != CHUNK_COLUMNS
-        or frame["task_id"].tolist() != ids
+        list(frame.columns) != columns
+        or frame[columns[0]].tolist() != ids
         or set(frame["model"]) != {label}
     ):
         return None, f"{path}: does not hold this chunk's results; recomputing it"
@@ -435,6 +554,7 @@ def evaluate(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     cluster=None,
+    relational: bool = False,
 ) -> EvaluationResult:
     """Score every model on the corpus (or a stratified subset) and write the reports to ``out``.
 
@@ -446,6 +566,11 @@ def evaluate(
     with each chunk, so the workers need no access to the corpus file. Local worker processes
     open the corpus once each and read only the inputs and truths of their chunks. The results
     are the same either way.
+
+    ``relational=True`` also scores every history of the selection (a pair with a selected
+    task) on the relational scores (docs/RELATIONAL.md): each model forecasts the history's
+    Replay, Novel and Restraint inputs in one batch; ``relational.parquet`` holds a row per
+    history and model, and the leaderboard and ``slices/relational_<axis>`` their summaries.
     """
     from whatif_bench.cluster import open_pool
 
@@ -461,12 +586,22 @@ def evaluate(
     check_out_folder(out, corpus_path, create=False)
     with open_pool(jobs, cluster) as pool:
         return _run_evaluation(
-            corpus_path, models, labels, out, subset, reference, seed, pool, progress, log
+            corpus_path,
+            models,
+            labels,
+            out,
+            subset,
+            reference,
+            seed,
+            pool,
+            progress,
+            log,
+            relational,
         )
 
 
 def _run_evaluation(
-    corpus_path, models, labels, out, subset, reference, seed, pool, progress, log
+    corpus_path, models, labels, out, subset, reference, seed, pool, progress, log, relational
 ) -> EvaluationResult:
     """``evaluate`` once the models are checked and the pool is ready."""
     from tqdm import tqdm
@@ -550,9 +685,77 @@ def _run_evaluation(
         per_task = pd.concat(parts, ignore_index=True).merge(tasks, on="task_id", how="inner")
         with atomic_output(out / "per_task.parquet", lock=False) as tmp:
             per_task.to_parquet(tmp, index=False)
-        board = write_reports(per_task, reference, out)
-    return EvaluationResult(per_task, board, reference, out, notes)
+        per_history = None
+        if relational:
+            per_history = _run_relational(
+                corpus,
+                units,
+                str(corpus_path),
+                identity,
+                tasks,
+                models,
+                labels,
+                folders,
+                pool,
+                progress,
+                note,
+            )
+            with atomic_output(out / "relational.parquet", lock=False) as tmp:
+                per_history.to_parquet(tmp, index=False)
+        board = write_reports(per_task, reference, out, per_history)
+    return EvaluationResult(per_task, board, reference, out, notes, per_history)
+
+
+def _run_relational(
+    corpus, units, corpus_path, identity, tasks, models, labels, folders, pool, progress, note
+) -> pd.DataFrame:
+    """Relational scores of every history with a selected task, chunk by chunk (resumable as
+    the task chunks are: ``per_task/<model>/chunk-relational-<n>.parquet``); one row per
+    history and model, with the history's axis columns."""
+    from tqdm import tqdm
+
+    histories = tasks.drop_duplicates("pair_id").sort_values("row", kind="stable")
+    ids = histories["pair_id"].tolist()
+    chunks = [ids[i : i + RELATIONAL_CHUNK] for i in range(0, len(ids), RELATIONAL_CHUNK)]
+    done: dict[tuple[str, int], pd.DataFrame] = {}
+    todo = []
+    for index, chunk in enumerate(chunks):
+        pending = []
+        for model, label in zip(models, labels, strict=True):
+            path = folders[label] / _relational_chunk_name(index)
+            frame, why = _read_chunk(path, chunk, label, RELATIONAL_COLUMNS)
+            if why:
+                note(why)
+            if frame is None:
+                pending.append((model, label))
+            else:
+                done[label, index] = frame
+        if pending:
+            todo.append((index, chunk, pending))
+    bar = tqdm(total=len(todo), desc="relational", unit="chunk", disable=not progress)
+    if pool.distributed:
+        results = pool.ordered(
+            _relational_tasks,
+            ((*relational_parts(corpus, c, units), [m for m, _ in p]) for _, c, p in todo),
+        )
+    else:
+        results = pool.ordered(
+            _relational_chunk, ((corpus_path, identity, c, [m for m, _ in p]) for _, c, p in todo)
+        )
+    for (index, _, pending), frames in zip(todo, results, strict=True):
+        for (_, label), frame in zip(pending, frames, strict=True):
+            _write_chunk(frame, folders[label] / _relational_chunk_name(index))
+            done[label, index] = frame
+        bar.update()
+    bar.close()
+    parts = [done[label, index] for label in labels for index in range(len(chunks))]
+    axes = ["pair_id", "target", *pair_columns()]
+    return pd.concat(parts, ignore_index=True).merge(histories[axes], on="pair_id", how="inner")
 
 
 def _chunk_name(index: int) -> str:
     return f"chunk-{index:05d}.parquet"
+
+
+def _relational_chunk_name(index: int) -> str:
+    return f"chunk-relational-{index:05d}.parquet"

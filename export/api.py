@@ -48,17 +48,16 @@ def select(
 ):
     """The filtered corpus view and the frame of its selected tasks, in a fixed order."""
     from whatif_bench.evaluation.runner import select_tasks
-    from whatif_bench.generator.axes import axis
 
     simulators, futures = list(simulators or ()), list(futures or ())
     known = sorted(set(corpus.pairs["simulator"]))
     unknown = sorted(set(simulators) - set(known))
     if unknown:
         raise ExportError(f"simulator(s) {unknown} are not in this corpus; it has {known}")
-    known_futures = list(axis("future").values)
+    known_futures = list(corpus.futures)  # the table's, and any optional ones it holds
     wrong = sorted(set(futures) - set(known_futures))
     if wrong:
-        raise ExportError(f"unknown future type(s) {wrong}; expected {known_futures}")
+        raise ExportError(f"unknown future type(s) {wrong}; this corpus holds {known_futures}")
     if subset is not None and not (
         isinstance(subset, int | float) and not isinstance(subset, bool) and 0.0 < subset <= 1.0
     ):

@@ -8,7 +8,7 @@ from whatif_bench.export.formats import MODULES
 
 def add_arguments(subparsers) -> None:
     from whatif_bench.evaluation.cli import fraction
-    from whatif_bench.generator.axes import FUTURES
+    from whatif_bench.generator.axes import future_choices
 
     parser = subparsers.add_parser(
         "export",
@@ -42,8 +42,9 @@ def add_arguments(subparsers) -> None:
         "--futures",
         nargs="+",
         default=[],
-        choices=list(FUTURES),
-        help="only these future types (default: both)",
+        choices=list(future_choices()),
+        help="only these future types (default: all the corpus holds; restraint only in a "
+        "corpus generated with --futures replay,novel,restraint)",
     )
     parser.add_argument(
         "--overwrite",

@@ -331,7 +331,7 @@ tasks = load_dataset("parquet", data_files="data/tasks-*.parquet", split="train"
 | column | meaning |
 | --- | --- |
 | task_id, pair_id | `<simulator>/<target>/K<k>-<C>-L<l>-<E>[/<future>]` |
-| future | `replay` (a history event repeated) or `novel` (new factors) |
+| future | `replay` (a history event repeated), `novel` (new factors), `restraint` (nothing moves) |
 | k, c_label, event_length, e_setting | the axes (below) |
 | context_length, prediction_length | the lengths of the history and the future |
 | interval_s, start | step in seconds; first history step: simulator's start + window offset (UTC if zoned) |

@@ -160,6 +160,39 @@ EVENT_LENGTHS: tuple[int, ...] = axis("ell").values
 E_SETTINGS: tuple[str, ...] = axis("E").values
 # Axis names as users write them -> the columns of the corpus index that hold them.
 AXIS_COLUMNS = axis_columns()
+# Future types a corpus may add to the table's (``whatif generate --futures``); off by default,
+# so the default corpus stays the benchmark. Restraint: no covariate moves over the horizon
+# (every future covariate at its base value); its truth is the counterfactual. It stores
+# nothing: both are derived from the pair, and the 10 % rule does not apply to it.
+RESTRAINT = "restraint"
+OPTIONAL_FUTURES: tuple[str, ...] = (RESTRAINT,)
+
+
+def future_choices() -> tuple[str, ...]:
+    """Every future type a corpus can hold: the table's, then the optional ones."""
+    return (*axis("future").values, *OPTIONAL_FUTURES)
+
+
+def chosen_futures(names) -> tuple[str, ...]:
+    """The future types of ``whatif generate --futures`` in canonical order; the table's
+    (Replay and Novel, which every pair stores) must be among them. An unknown or missing
+    name is an ``AxisError``."""
+    names = tuple(names)
+    choices = future_choices()
+    unknown = [n for n in names if n not in choices]
+    if unknown:
+        raise AxisError(
+            f"unknown future type {unknown[0]!r} in --futures; choose from {', '.join(choices)}"
+        )
+    missing = [n for n in axis("future").values if n not in names]
+    if missing:
+        raise AxisError(
+            f"--futures must include {' and '.join(axis('future').values)} (every pair stores "
+            f"them); {', '.join(missing)} is missing"
+        )
+    return tuple(n for n in choices if n in names)
+
+
 MIN_GAP = 32
 PREFIX_SHARE = 0.40
 BUFFER_SHARE = 0.02

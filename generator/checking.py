@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from whatif_bench.errors import WhatIfError
-from whatif_bench.generator.axes import contexts
+from whatif_bench.generator.axes import FUTURES, contexts
 from whatif_bench.generator.corpus import REQUIRED, Corpus
 from whatif_bench.generator.fileformat import DATA_DATASETS, FORMAT_VERSION
 from whatif_bench.generator.recipe import draw_recipe
@@ -67,8 +67,8 @@ def _check_counts(corpus: Corpus, registry, report: VerifyReport) -> None:
         "format_version": FORMAT_VERSION,
         "n_pairs": int(kept.size),
         "n_pairs_kept": int(kept.sum()),
-        "n_tasks_generated": int(2 * kept.size),
-        "n_tasks_kept": int(2 * kept.sum()),
+        "n_tasks_generated": int(len(corpus.futures) * kept.size),
+        "n_tasks_kept": int(len(corpus.futures) * kept.sum()),
     }
     for name, value in expected.items():
         if attrs.get(name) != value:
@@ -76,7 +76,7 @@ def _check_counts(corpus: Corpus, registry, report: VerifyReport) -> None:
                 f"attribute {name}: stored {attrs.get(name)!r}, expected {value}"
             )
     stored_axes = attrs.get("axes")
-    if stored_axes != json.dumps(axes_description(registry), sort_keys=True):
+    if stored_axes != json.dumps(axes_description(registry, corpus.futures), sort_keys=True):
         report.problems.append("attribute axes: differs from the axes this toolkit generates with")
 
 
@@ -88,9 +88,15 @@ def _check_config(corpus: Corpus, report: VerifyReport) -> None:
         config = json.loads(text) if isinstance(text, str) else None
     except ValueError:
         config = None
-    if not isinstance(config, dict) or set(config) != {"seed", "simulators", "targets"}:
+    fields = {"seed", "simulators", "targets"}
+    if not isinstance(config, dict) or not fields <= set(config) <= {*fields, "futures"}:
         report.problems.append(f"attribute config: not a recorded generation config: {text!r}")
         return
+    if list(corpus.futures) != config.get("futures", list(FUTURES)):
+        report.problems.append(
+            f"attribute config: futures {config.get('futures')!r} differ from the future types "
+            f"of the axes attribute {list(corpus.futures)}"
+        )
     if config["seed"] != corpus.attrs.get("master_seed"):
         report.problems.append(
             f"attribute config: seed {config['seed']!r} differs from master_seed "

@@ -50,6 +50,14 @@ def add_arguments(subparsers) -> None:
         help="user spec file loaded after the shipped ones: adds targets, or replaces those it "
         "marks overrides = true; its text is recorded in the corpus (repeatable; default: none)",
     )
+    generate.add_argument(
+        "--futures",
+        default="replay,novel",
+        metavar="LIST",
+        help="comma-separated future types of every history: replay and novel (always), and "
+        "optionally restraint (no covariate moves; truth: the counterfactual; nothing stored, "
+        "not checked by the 10 %% rule) (default: %(default)s, the benchmark)",
+    )
     add_forms_argument(generate, "its hash is recorded in the corpus")
     add_cluster_arguments(
         generate, jobs_help=f"worker processes, >= 1 (default: all {default_jobs()} cores)"
@@ -129,6 +137,7 @@ def _generate(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         specs=tuple(args.spec),
         forms=tuple(args.forms),
+        futures=tuple(item.strip() for item in args.futures.split(",")),
     )
     started = time.perf_counter()
     path = generate(config, progress=True, cluster=cluster_from_args(args))
@@ -229,7 +238,9 @@ def _show(args: argparse.Namespace) -> int:
             path = plot_path(args.plot, task.task_id)
             relationship = registry.get(task.simulator, task.target)
             units = {info.name: info.unit for info in relationship.covariates}
-            written = plot_task(task, corpus[f"{pair_id}/{other}"], path, [args.corpus], units)
+            # the pair's picture: Replay and Novel, and the counterfactual (Restraint's truth)
+            shown = task if task.future != "restraint" else corpus[f"{pair_id}/replay"]
+            written = plot_task(shown, corpus[f"{pair_id}/{other}"], path, [args.corpus], units)
             print(f"wrote {written}")
     return 0
 

@@ -7,6 +7,7 @@ float64 baselines are in the file too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -73,9 +74,9 @@ def recipe_record(recipe: Recipe, future: str, shapes: list[str], base_values: l
         "directions": recipe.directions.tolist(),
         "factors": recipe.factors.tolist(),
         "replay_source": recipe.replay_source,
-        "future_factors": (
-            recipe.replay_factors if future == "replay" else recipe.novel_factors
-        ).tolist(),
+        "future_factors": {"replay": recipe.replay_factors, "novel": recipe.novel_factors}.get(
+            future, np.ones(len(shapes))
+        ).tolist(),  # Restraint: every factor 1
         "shapes": list(shapes),
         "base_values": list(base_values),
     }
@@ -92,7 +93,7 @@ class Corpus:
         self,
         path: str | os.PathLike,
         _index: pd.DataFrame | None = None,
-        _futures: tuple[str, ...] = FUTURES,
+        _futures: tuple[str, ...] | None = None,
         _file=None,
     ) -> None:
         import h5py
@@ -118,7 +119,8 @@ class Corpus:
                 _file.close()
                 raise
         self.pairs = _index
-        self.futures = _futures
+        # the file's future types (Replay, Novel and any optional ones it was generated with)
+        self.futures = self._stored_futures() if _futures is None else _futures
         self._rows = {pid: i for i, pid in enumerate(self.pairs["pair_id"])}
         self._relationships: dict[tuple[str, str], dict] = {}
         self._recipe_arrays: tuple[dict, dict] | None = None
@@ -207,6 +209,21 @@ class Corpus:
                 if attr not in group[target].attrs:
                     raise self._damaged(f"missing attribute {attr!r} of {where}/{target}")
 
+    def _stored_futures(self) -> tuple[str, ...]:
+        """The future types the file lists in its ``axes`` attribute (default: the table's);
+        one this toolkit does not know is a ``CorpusError``."""
+        text = self._h5.attrs.get("axes")
+        try:
+            listed = json.loads(text).get("futures") if isinstance(text, str | bytes) else None
+        except (ValueError, AttributeError):
+            listed = None
+        if not listed:
+            return FUTURES
+        unknown = [f for f in listed if f not in axes.future_choices()]
+        if unknown or not set(FUTURES) <= set(listed):
+            raise self._damaged(f"the axes attribute lists future types {listed}")
+        return tuple(f for f in axes.future_choices() if f in listed)
+
     # ---- index ---------------------------------------------------------------------
     def _read_index(self) -> pd.DataFrame:
         try:
@@ -281,11 +298,11 @@ class Corpus:
             if future is None
             else tuple(f for f in self.futures if f in as_list(future))
         )
-        known_futures = axes.axis("future").values
+        known_futures = self._stored_futures()
         unknown = set(as_list(future) or []) - set(known_futures)
         if unknown:
             raise CorpusError(
-                f"unknown future type(s) {sorted(unknown)}; expected {list(known_futures)}"
+                f"unknown future type(s) {sorted(unknown)}; this corpus holds {list(known_futures)}"
             )
         return Corpus(self.path, pairs.reset_index(drop=True), futures, self._h5)
 
@@ -320,8 +337,22 @@ class Corpus:
 
         ``covariate_units`` maps (simulator, target) to the units of its covariates by name
         (the file stores only the target's; see ``evaluation.runner.covariate_units``).
-        An unknown or dropped task is a ``KeyError``, as ``corpus[task_id]`` raises."""
+        An unknown or dropped task is a ``KeyError``, as ``corpus[task_id]`` raises. A Restraint
+        task's future covariates are each covariate's base value (``restraint_inputs``)."""
         places = self._locate(task_ids)
+        inputs = self._inputs(task_ids, places, covariate_units)
+        for index, (row, future) in enumerate(places):
+            if future == len(FUTURES):  # restraint: nothing stored, derived from the pair
+                inputs[index] = self._restraint(inputs[index], row)
+        return inputs
+
+    def _inputs(
+        self,
+        task_ids: Sequence[str],
+        places: list[tuple[int, int]],
+        covariate_units: dict[tuple[str, str], dict[str, str]] | None,
+    ) -> list[TaskInput]:
+        """The stored inputs at ``places`` (``_locate``; a Restraint place reads Replay's)."""
         columns = self._pair_columns()
         names = ("history_target", "history_covariates", "future_covariates")
         offsets: dict[str, list[int]] = {name: [] for name in names}
@@ -334,7 +365,7 @@ class Corpus:
             for name, offset, size in (
                 ("history_target", 0, context),
                 ("history_covariates", 0, k * context),
-                ("future_covariates", future * k * prediction, k * prediction),
+                ("future_covariates", (future % len(FUTURES)) * k * prediction, k * prediction),
             ):
                 offsets[name].append(int(columns[f"{name}_offset"][row]) + offset)
                 sizes[name].append(size)
@@ -368,15 +399,72 @@ class Corpus:
         """``[self[i].ground_truth() for i in task_ids]``: each task's future target (H,)
         float32, read alone."""
         columns = self._pair_columns()
-        offsets, sizes = [], []
-        for row, future in self._locate(task_ids):
+        offsets, sizes, places = [], [], self._locate(task_ids)
+        stored = [(row, future) for row, future in places if future < len(FUTURES)]
+        for row, future in stored:
             prediction = int(columns["prediction"][row])
             offsets.append(int(columns["future_target_offset"][row]) + future * prediction)
             sizes.append(prediction)
-        return self._slices("future_target", offsets, sizes)
+        read = iter(self._slices("future_target", offsets, sizes))
+        # a Restraint task's truth is its counterfactual: the embedded baseline
+        return [
+            next(read) if future < len(FUTURES) else self._counterfactual(row)
+            for row, future in places
+        ]
+
+    # ---- the Restraint future: no covariate moves (derived, nothing stored) ----------------
+    def restraint_inputs(
+        self,
+        pair_ids: Sequence[str],
+        covariate_units: dict[tuple[str, str], dict[str, str]] | None = None,
+    ) -> list[TaskInput]:
+        """The Restraint input of each pair, whether or not the corpus lists Restraint tasks:
+        its history, with every future covariate at its base value over the horizon (float32,
+        as stored covariates are), task id ``<pair id>/restraint``. An unknown or dropped pair
+        is a ``KeyError``."""
+        places = self._pair_places(pair_ids)
+        ids = [f"{p}/{axes.RESTRAINT}" for p in pair_ids]
+        inputs = self._inputs(ids, places, covariate_units)
+        return [self._restraint(given, row) for given, (row, _) in zip(inputs, places, strict=True)]
+
+    def _restraint(self, given: TaskInput, row: int) -> TaskInput:
+        """``given`` (a pair's stored input) with every future covariate at its base value."""
+        columns = self._pair_columns()
+        simulator, target = str(columns["simulator"][row]), str(columns["target"][row])
+        base = self._relationship_summary(simulator, target)["base_value"]
+        values = np.array([base[name] for name in given.covariate_names], dtype=np.float64)
+        future = np.repeat(values[:, None], given.prediction_length, axis=1)
+        return dataclasses.replace(given, future_covariates=future.astype(np.float32))
+
+    def counterfactual_futures(self, pair_ids: Sequence[str]) -> list[np.ndarray]:
+        """Each pair's target over the horizon with no future event (H,) float32: the embedded
+        baseline there, the Restraint future's truth (``Task.counterfactual_future``)."""
+        return [self._counterfactual(row) for row, _ in self._pair_places(pair_ids)]
+
+    def _counterfactual(self, row: int) -> np.ndarray:
+        columns = self._pair_columns()
+        simulator, target = str(columns["simulator"][row]), str(columns["target"][row])
+        begin = int(columns["window_start"][row]) + int(columns["context"][row])
+        baseline = self._baseline_cached(simulator, target)
+        return baseline[begin : begin + int(columns["prediction"][row])].astype(np.float32)
+
+    def _pair_places(self, pair_ids: Sequence[str]) -> list[tuple[int, int]]:
+        """(row, Restraint's place) of each pair, whatever the view's future types."""
+        kept = self._pair_columns()["kept"]
+        places = []
+        for pair_id in pair_ids:
+            if pair_id not in self._rows:
+                raise KeyError(f"no pair {pair_id!r} in this corpus view")
+            row = self._rows[pair_id]
+            if not kept[row]:
+                reason = self.pairs["drop_reason"].iloc[row]
+                raise KeyError(f"pair {pair_id!r} was dropped by verification ({reason})")
+            places.append((row, len(FUTURES)))
+        return places
 
     def _locate(self, task_ids: Sequence[str]) -> list[tuple[int, int]]:
-        """(row of ``pairs``, index of the future in ``FUTURES``) of each task id."""
+        """(row of ``pairs``, index of the future in ``FUTURES``, ``len(FUTURES)`` for
+        Restraint) of each task id."""
         kept = self._pair_columns()["kept"]
         places = []
         for task_id in task_ids:
@@ -387,7 +475,7 @@ class Corpus:
             if not kept[row]:
                 reason = self.pairs["drop_reason"].iloc[row]
                 raise KeyError(f"task {task_id!r} was dropped by verification ({reason})")
-            places.append((row, FUTURES.index(future)))
+            places.append((row, axes.future_choices().index(future)))
         return places
 
     def _pair_columns(self) -> dict[str, np.ndarray]:
@@ -487,7 +575,8 @@ class Corpus:
 
     def _task(self, row, future: str) -> Task:
         k, context, prediction = int(row["k"]), int(row["context"]), int(row["prediction"])
-        index = FUTURES.index(future)
+        restraint = future == axes.RESTRAINT
+        index = 0 if restraint else FUTURES.index(future)
         history_target = self._slice("history_target", int(row["history_target_offset"]), context)
         history_covariates = self._slice(
             "history_covariates", int(row["history_covariates_offset"]), k * context
@@ -504,6 +593,14 @@ class Corpus:
         info = self._target_info(row["simulator"], row["target"])
         units = {row["target"]: info["unit"]}
         recipe = self.recipe(row)
+        future_covariates_of = future_covariates[index]
+        future_target = futures[index * prediction : (index + 1) * prediction]
+        if restraint:  # nothing moves: base covariates, and the counterfactual as the truth
+            bases = [summary["base_value"][c] for c in covariates]
+            future_covariates_of = np.repeat(
+                np.array(bases, dtype=np.float64)[:, None], prediction, axis=1
+            ).astype(np.float32)
+            future_target = window[context:]
         return Task(
             task_id=f"{row['pair_id']}/{future}",
             future=future,
@@ -516,8 +613,8 @@ class Corpus:
             start_step=start,
             history_target=history_target,
             history_covariates=history_covariates,
-            future_covariates=future_covariates[index],
-            future_target=futures[index * prediction : (index + 1) * prediction],
+            future_covariates=future_covariates_of,
+            future_target=future_target,
             counterfactual_history=window[:context],
             counterfactual_future=window[context:],
             recipe=recipe_record(

@@ -15,6 +15,7 @@ import numpy as np
 
 from whatif_bench.cli_types import MAX_SEED
 from whatif_bench.errors import WhatIfError
+from whatif_bench.generator.axes import FUTURES, AxisError, chosen_futures
 from whatif_bench.generator.recipe import Recipe
 from whatif_bench.generator.verification import THRESHOLD
 
@@ -41,6 +42,8 @@ class GenerationConfig:
     jobs: int | None = None  # worker processes; None = all cores
     specs: tuple[str, ...] = ()
     forms: tuple[str, ...] = ()
+    # future types: the axis table's (Replay, Novel), plus any optional ones ("restraint")
+    futures: tuple[str, ...] = FUTURES
 
     def __post_init__(self) -> None:
         seed, jobs = self.seed, self.jobs
@@ -71,6 +74,11 @@ class GenerationConfig:
         for path in self.forms:
             if not path.endswith(".py"):
                 raise GenerationError(f"forms: {path}: not a Python file (*.py)")
+        try:
+            futures = chosen_futures(_names("futures", self.futures))
+        except AxisError as exc:
+            raise GenerationError(str(exc)) from None
+        object.__setattr__(self, "futures", futures)
 
     def registry_source(self):
         """The user spec texts and forms modules' hashes, read now (``RegistrySource``)."""
@@ -81,12 +89,17 @@ class GenerationConfig:
     def recorded(self) -> dict:
         """The parts of the config that determine the content (not paths or worker counts).
 
-        (User spec texts and forms modules are recorded apart: ``/user_registry``.)"""
-        return {
+        (User spec texts and forms modules are recorded apart: ``/user_registry``.) The future
+        types are recorded only when they are not the default, so a default corpus is what it
+        was before the option existed."""
+        recorded: dict = {
             "seed": self.seed,
             "simulators": list(self.simulators),
             "targets": list(self.targets),
         }
+        if self.futures != FUTURES:
+            recorded["futures"] = list(self.futures)
+        return recorded
 
 
 def _names(field: str, values) -> tuple[str, ...]:

@@ -53,12 +53,13 @@ def write_user_registry(h5, source: RegistrySource) -> None:
         dataset.attrs["name"] = spec.name
 
 
-def axes_description(registry) -> dict:
+def axes_description(registry, futures: tuple[str, ...] | None = None) -> dict:
     """The axis settings a corpus is generated with: the table's values, every simulator's
     (context, prediction) lengths from ``registry`` (C4 from each spec header) and the layout
-    constants (the corpus attribute ``axes``)."""
+    constants (the corpus attribute ``axes``). ``futures``: the future types chosen
+    (``GenerationConfig.futures``; default the table's)."""
     return {
-        "futures": list(axes.axis("future").values),
+        "futures": list(futures or axes.axis("future").values),
         "K": list(axes.axis("K").values),
         "contexts": {
             sim: axes.contexts(registry.simulators[sim].c4) for sim in sorted(registry.simulators)
@@ -254,14 +255,16 @@ class CorpusWriter:
         attrs["toolkit_version"] = __version__
         attrs["master_seed"] = self.config.seed
         attrs["config"] = json.dumps(self.config.recorded(), sort_keys=True)
-        attrs["axes"] = json.dumps(axes_description(self.source.load()), sort_keys=True)
+        attrs["axes"] = json.dumps(
+            axes_description(self.source.load(), self.config.futures), sort_keys=True
+        )
         attrs["baselines_hash"] = self.baselines_hash
         attrs["registry_hash"] = self.source.registry_hash()
         write_user_registry(self.h5, self.source)
         attrs["n_pairs"] = int(kept.size)
         attrs["n_pairs_kept"] = int(kept.sum())
-        attrs["n_tasks_generated"] = int(2 * kept.size)
-        attrs["n_tasks_kept"] = int(2 * kept.sum())
+        attrs["n_tasks_generated"] = int(len(self.config.futures) * kept.size)
+        attrs["n_tasks_kept"] = int(len(self.config.futures) * kept.sum())
 
     def _close(self) -> None:
         """Close the HDF5 file (never fails: HDF5 sees no write errors) and the descriptor."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from whatif_bench.generator.axes import E_SETTINGS, FUTURES
+from whatif_bench.generator.axes import E_SETTINGS, future_choices
 from whatif_bench.generator.corpus import Task
 from whatif_bench.stream.distribution import CONTEXT_LABELS
 from whatif_bench.stream.task_stream import StreamError
@@ -73,7 +73,7 @@ def task_item(task: Task, index: int) -> dict:
         and ``counterfactual_future`` (H,), in physical units; ints ``index``, ``k``,
         ``context_length`` (C), ``prediction_length`` (H), ``event_length`` (steps),
         ``interval_s`` (seconds a step), ``start_step`` (window start in its baseline),
-        ``future_index`` (0 replay, 1 novel), ``c_index`` (0..3 for C1..C4), ``e_index``
+        ``future_index`` (0 replay, 1 novel, 2 restraint), ``c_index`` (0..3 for C1..C4), ``e_index``
         (0 Efew, 1 Emax); strings ``task_id``, ``simulator``, ``target``, ``unit`` (the
         target's), ``future``, ``c_label``, ``e_setting``, ``world``, ``start`` (ISO time of the
         first history step); ``covariates``, the K covariate names.
@@ -90,7 +90,7 @@ def task_item(task: Task, index: int) -> dict:
         event_length=int(task.event_length),
         interval_s=int(task.interval_s),
         start_step=int(task.start_step),
-        future_index=FUTURES.index(task.future),
+        future_index=future_choices().index(task.future),
         c_index=CONTEXT_LABELS.index(task.c_label),
         e_index=E_SETTINGS.index(task.e_setting),
         task_id=task.task_id,

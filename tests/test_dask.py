@@ -99,7 +99,7 @@ def test_evaluate_on_the_cluster_gives_the_local_per_task_results(
     model_file = tmp_path / "history_mean.py"  # a model the workers cannot import
     model_file.write_text(HISTORY_MEAN)
     models = f"{MODELS},{model_file}:HistoryMean"
-    common = (str(corpus_path), "--models", models, "--subset", SUBSET)
+    common = (str(corpus_path), "--models", models, "--subset", SUBSET, "--relational")
     code, _, err = whatif(capsys, "evaluate", *common, "--out", str(tmp_path / "local"))
     assert code == 0, err
     code, _, err = whatif(
@@ -111,6 +111,11 @@ def test_evaluate_on_the_cluster_gives_the_local_per_task_results(
     assert len(local) == 3 * local["task_id"].nunique() > 100
     assert (local["failed"] == "").all()
     pd.testing.assert_frame_equal(remote, local, check_exact=True)
+    relational = [
+        pd.read_parquet(tmp_path / where / "relational.parquet") for where in ("local", "dask")
+    ]
+    assert (relational[0]["failed"] == "").all() and len(relational[0]) > 50
+    pd.testing.assert_frame_equal(relational[1], relational[0], check_exact=True)
     board = "leaderboard.csv"
     assert (tmp_path / "dask" / board).read_bytes() == (tmp_path / "local" / board).read_bytes()
 

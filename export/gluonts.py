@@ -12,7 +12,8 @@ Layout of the export folder::
 Each line holds the GluonTS fields ``item_id`` (the task id), ``start`` (a pandas Period
 string of the first history step in the file's frequency), ``target`` (history then future,
 C + H values), ``feat_dynamic_real`` (K rows of C + H: the covariates' history then the
-what-if scenario) and ``feat_static_cat`` ([simulator code, target code]). GluonTS's
+what-if scenario), ``feat_static_cat`` ([simulator code, target code]) and ``description``
+(the task's description as JSON text, ``generator.describe``). GluonTS's
 ``split(offset=-H)`` gives back exactly what ``whatif evaluate`` shows a model and scores.
 
 Why one file per (frequency, H, K): a GluonTS predictor has one ``prediction_length`` and one
@@ -76,8 +77,9 @@ def _numbers(values: np.ndarray) -> str:
     return "[" + ",".join(texts) + "]"
 
 
-def line(task, freq: str, static: list[int]) -> bytes:
-    """One JSON line (UTF-8, ending in a newline) of a task."""
+def line(task, freq: str, static: list[int], description: str | None = None) -> bytes:
+    """One JSON line (UTF-8, ending in a newline) of a task; ``description`` (compact JSON text,
+    ``generator.describe``) is carried as a string field, which GluonTS passes through."""
     target = np.concatenate([task.history_target, task.future_target])
     parts = [
         f'"item_id":{json.dumps(task.task_id)}',
@@ -88,6 +90,7 @@ def line(task, freq: str, static: list[int]) -> bytes:
         rows = np.concatenate([task.history_covariates, task.future_covariates], axis=1)
         parts.append('"feat_dynamic_real":[' + ",".join(_numbers(r) for r in rows) + "]")
     parts.append(f'"feat_static_cat":[{",".join(str(int(c)) for c in static)}]')
+    parts.append(f'"description":{json.dumps(description)}')
     return ("{" + ",".join(parts) + "}\n").encode("utf-8")
 
 
@@ -137,12 +140,14 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
 
     from whatif_bench.evaluation.runner import covariate_units
     from whatif_bench.export.api import task_batches
+    from whatif_bench.generator.describe import export_describer
 
     folder = Path(folder)
     (folder / DATA).mkdir()
     tables = code_tables(corpus)
     codes = {name: {v: i for i, v in enumerate(values)} for name, values in tables.items()}
     units = covariate_units(corpus.attrs)
+    describer = export_describer(corpus)
     intervals = _intervals(corpus, tasks)
     frame = tasks.assign(interval_s=tasks["simulator"].map(intervals))
     keys = ["interval_s", "prediction", "k"]
@@ -165,7 +170,8 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
                         for task in batch:
                             name = f"{task.simulator}/{task.target}"
                             static = [codes["simulator"][task.simulator], codes["target"][name]]
-                            out.write(line(task, freq, static))
+                            described = describer.json(task) if describer else None
+                            out.write(line(task, freq, static, described))
                             contexts.add(task.context_length)
                             if name not in series:
                                 known = units.get((task.simulator, task.target), {})
@@ -207,7 +213,14 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
             "format": "gluonts",
             "layout_version": LAYOUT_VERSION,
             "gluonts": ">=0.17 (pandas < 3)",
-            "fields": ["item_id", "start", "target", "feat_dynamic_real", "feat_static_cat"],
+            "fields": [
+                "item_id",
+                "start",
+                "target",
+                "feat_dynamic_real",
+                "feat_static_cat",
+                "description",
+            ],
             "feat_static_cat": {
                 "order": list(STATIC_CATEGORIES),
                 "codes": tables,

@@ -190,6 +190,9 @@ def test_gluonts_file_dataset_reads_the_tasks_exactly(exported, metadata, corpus
             assert np.array_equal(_bits(entry["feat_dynamic_real"]), _bits(covariates))
             assert entry["start"] == pd.Period(task.timestamps()[0], freq=group["freq"])
             assert entry["start"].freq == pd.tseries.frequencies.to_offset(group["freq"])
+            # the description passes through GluonTS as the JSON text the exporter wrote
+            described = json.loads(entry["description"])
+            assert described["task_id"] == task.task_id
 
 
 @pytest.mark.gluonts

@@ -460,6 +460,34 @@ def _read_chunk(
     return frame, None
 
 
+def _saved_and_pending(
+    chunks: list[list[str]],
+    models: list,
+    labels: list[str],
+    path_of: Callable[[str, int], Path],
+    note: Callable[[str], None],
+    columns: list[str] = CHUNK_COLUMNS,
+) -> tuple[dict[tuple[str, int], pd.DataFrame], list]:
+    """The chunks already saved (``(label, index) -> frame``) and the work left: ``(index,
+    chunk, [(model, label), ...])`` for every chunk some model still needs, in chunk order.
+    ``path_of(label, index)`` is a chunk's file; ``note`` receives why a saved chunk is redone."""
+    done: dict[tuple[str, int], pd.DataFrame] = {}
+    todo = []
+    for index, chunk in enumerate(chunks):
+        pending = []
+        for model, label in zip(models, labels, strict=True):
+            frame, why = _read_chunk(path_of(label, index), chunk, label, columns)
+            if why:
+                note(why)
+            if frame is None:
+                pending.append((model, label))
+            else:
+                done[label, index] = frame
+        if pending:
+            todo.append((index, chunk, pending))
+    return done, todo
+
+
 def _manifest(
     corpus_path: Path, attrs: dict, tasks: pd.DataFrame, subset: float | None, seed: int
 ) -> dict:
@@ -646,20 +674,9 @@ def _run_evaluation(
         folders = {label: out / "per_task" / label for label in labels}
         for model, label in zip(models, labels, strict=True):
             _prepare_model_folder(folders[label], label, model, note)
-        done: dict[tuple[str, int], pd.DataFrame] = {}
-        todo = []  # (index, chunk, [(model, label), ...]) for chunks some model still needs
-        for index, chunk in enumerate(chunks):
-            pending = []
-            for model, label in zip(models, labels, strict=True):
-                frame, why = _read_chunk(folders[label] / _chunk_name(index), chunk, label)
-                if why:
-                    note(why)
-                if frame is None:
-                    pending.append((model, label))
-                else:
-                    done[label, index] = frame
-            if pending:
-                todo.append((index, chunk, pending))
+        done, todo = _saved_and_pending(
+            chunks, models, labels, lambda label, index: folders[label] / _chunk_name(index), note
+        )
         bar = tqdm(total=len(todo), desc="evaluating", unit="chunk", disable=not progress)
         if pool.distributed:  # read here, a few chunks ahead of the workers
             results = pool.ordered(
@@ -717,21 +734,14 @@ def _run_relational(
     histories = tasks.drop_duplicates("pair_id").sort_values("row", kind="stable")
     ids = histories["pair_id"].tolist()
     chunks = [ids[i : i + RELATIONAL_CHUNK] for i in range(0, len(ids), RELATIONAL_CHUNK)]
-    done: dict[tuple[str, int], pd.DataFrame] = {}
-    todo = []
-    for index, chunk in enumerate(chunks):
-        pending = []
-        for model, label in zip(models, labels, strict=True):
-            path = folders[label] / _relational_chunk_name(index)
-            frame, why = _read_chunk(path, chunk, label, RELATIONAL_COLUMNS)
-            if why:
-                note(why)
-            if frame is None:
-                pending.append((model, label))
-            else:
-                done[label, index] = frame
-        if pending:
-            todo.append((index, chunk, pending))
+    done, todo = _saved_and_pending(
+        chunks,
+        models,
+        labels,
+        lambda label, index: folders[label] / _relational_chunk_name(index),
+        note,
+        RELATIONAL_COLUMNS,
+    )
     bar = tqdm(total=len(todo), desc="relational", unit="chunk", disable=not progress)
     if pool.distributed:
         results = pool.ordered(

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tests.conftest import run_whatif
+from tests.conftest import run_whatif, small_corpus
 from whatif_bench.evaluation import Forecast, evaluate, make_forecaster
 from whatif_bench.evaluation.relational import (
     SCORE_COLUMNS,
@@ -139,13 +139,7 @@ def test_the_truth_scores_one_and_a_covariate_blind_forecast_zero(values, steps)
 @pytest.fixture(scope="module")
 def corpus_path(tmp_path_factory):
     folder = tmp_path_factory.mktemp("relational-corpus")
-    config = GenerationConfig(
-        baselines=str(shipped_baselines_path()),
-        out=str(folder / "c.h5"),
-        targets=("sumo/flow_loop_e_0_near", "epanet/pressure_10"),
-        jobs=1,
-    )
-    return generate(config, progress=False)
+    return small_corpus(folder, ("sumo/flow_loop_e_0_near", "epanet/pressure_10"))
 
 
 def test_restraint_inputs_hold_the_history_and_base_covariates(corpus_path):

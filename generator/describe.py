@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from whatif_bench.generator.axes import RESTRAINT
 from whatif_bench.relationships.engine import EventSchedule, Relationship
 
 SCHEMA = "whatif-task-description/1"
@@ -227,18 +228,19 @@ def describe_task(
     ]
     replayed = int(recipe["replay_source"])
     future_factors = np.asarray(recipe["future_factors"], dtype=np.float64)
-    events.append(
-        _event(
-            task,
-            relationship,
-            "future",
-            f"replay of history event {replayed}" if task.future == "replay" else "novel",
-            task.context_length,
-            length,
-            future_factors,
-            events[replayed]["direction"] if task.future == "replay" else "novel",
+    if task.future != RESTRAINT:  # a Restraint future has no event: every factor stays 1
+        events.append(
+            _event(
+                task,
+                relationship,
+                "future",
+                f"replay of history event {replayed}" if task.future == "replay" else "novel",
+                task.context_length,
+                length,
+                future_factors,
+                events[replayed]["direction"] if task.future == "replay" else "novel",
+            )
         )
-    )
     if baseline_future is None:
         baseline_future = np.asarray(task.counterfactual_future, dtype=np.float64)
     lower, upper = relationship.window
@@ -392,6 +394,16 @@ def scenario_text(
     length = int(recipe["event_length"])
     horizon = task.prediction_length
     start = task.start + pd.Timedelta(seconds=task.context_length * task.interval_s)
+    if task.future == RESTRAINT:
+        held = [
+            f"{names.get(info.name, info.name)} at "
+            f"{_with_unit(info.base_value, info.unit if units else '')}"
+            for info in relationship.covariates[: task.k]
+        ]
+        return (
+            f"From {clock_text(start)}, for the {duration_text(horizon * task.interval_s)} "
+            f"forecast window, no covariate changes: {_join(held, ', ')}, their base values."
+        )
     cut = length > horizon
     clauses = [
         _covariate_clause(

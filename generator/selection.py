@@ -55,7 +55,15 @@ def select_targets(
             wanted.add((matches[0].simulator, matches[0].target))
         available = [r for r in available if (r.simulator, r.target) in wanted]
     if not available:
-        raise GenerationError("the selection is empty: no target has baselines to build tasks from")
+        undeclared = sorted(set(baselines) - set(registry.simulators))
+        hint = (
+            f"; no spec file declares {undeclared} of {config.baselines} (pass it with --spec)"
+            if undeclared
+            else ""
+        )
+        raise GenerationError(
+            f"the selection is empty: no target has baselines to build tasks from{hint}"
+        )
     selection = []
     for rel in available:
         item = baselines[rel.simulator]

@@ -445,19 +445,29 @@ def parse_spec(
 
 
 MAX_WINDOW_STEPS = 10_000_000  # C4 context + prediction; a longer window is no task we can store
+# C4 is each simulator's longest setting: at least C1's context (1,024 steps), and a horizon that
+# holds the shortest event (32 steps), so every C4 pair can carry a future event. (Kept here
+# rather than read from generator.axes: relationships does not import the generator.)
+MIN_C4_CONTEXT = 1024
+MIN_C4_PREDICTION = 32
 
 
 def _c4(header: _Table) -> tuple[int, int]:
-    """``c4 = [context, prediction]``: whole numbers of steps, 1 <= prediction <= context."""
+    """``c4 = [context, prediction]``: whole numbers of steps, 32 <= prediction <= context,
+    1,024 <= context, context + prediction <= 10,000,000."""
     value = header.get("c4", list)
     if len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise header.error("c4", f"expected [context, prediction] in whole steps, got {value!r}")
     context, prediction = value
-    if not 1 <= prediction <= context or context + prediction > MAX_WINDOW_STEPS:
+    if (
+        not MIN_C4_PREDICTION <= prediction <= context
+        or context < MIN_C4_CONTEXT
+        or context + prediction > MAX_WINDOW_STEPS
+    ):
         raise header.error(
             "c4",
-            f"needs 1 <= prediction <= context and context + prediction <= {MAX_WINDOW_STEPS:,} "
-            f"steps, got [{context}, {prediction}]",
+            f"needs {MIN_C4_PREDICTION} <= prediction <= context, context >= {MIN_C4_CONTEXT:,} "
+            f"and context + prediction <= {MAX_WINDOW_STEPS:,} steps, got [{context}, {prediction}]",
         )
     return int(context), int(prediction)
 

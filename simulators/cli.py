@@ -77,12 +77,13 @@ def _simulate(args: argparse.Namespace) -> int:
     from whatif_bench.outputs import check_output_path
     from whatif_bench.simulators.base import SimulatorUnavailable
     from whatif_bench.simulators.catalog import SIMULATORS
-    from whatif_bench.simulators.store import write_baselines
+    from whatif_bench.simulators.store import check_store_path, write_baselines
 
     # Refuse an unusable output before the (slow) simulations: an existing folder, a path
     # under a file, or one of the inputs (the OpenDC trace folder).
     inputs = [args.trace] if args.trace else []
     check_output_path(args.out, inputs)
+    check_store_path(args.out)
     names = list(SIMULATORS) if args.simulator == "all" else [args.simulator]
     engine = None
     if args.container:
@@ -190,9 +191,10 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _combine(args: argparse.Namespace) -> int:
     from whatif_bench.outputs import check_output_path
-    from whatif_bench.simulators.store import read_baselines, write_baselines
+    from whatif_bench.simulators.store import check_store_path, read_baselines, write_baselines
 
     check_output_path(args.out, args.files)
+    check_store_path(args.out)
     combined: dict = {}
     origin: dict[str, str] = {}
     for file in args.files:

@@ -78,6 +78,16 @@ def series_hash(
     return digest.hexdigest()
 
 
+def check_store_path(path: str | os.PathLike) -> None:
+    """A store is HDF5: refuse a name the reader would take for a table (``.csv``, ``.parquet``,
+    ``.pq``), which could not be read back."""
+    if is_tabular(path):
+        raise BaselinesFileError(
+            f"{path}: a baselines store is HDF5; name it .h5 (.csv, .parquet and .pq name the "
+            "table layout, which whatif reads but does not write)"
+        )
+
+
 def write_baselines(
     path: str | os.PathLike, baselines: Iterable[Baselines], inputs: Iterable[str] = ()
 ) -> Path:
@@ -85,6 +95,7 @@ def write_baselines(
     ``inputs`` are paths the output must not replace. Returns the path."""
     import h5py
 
+    check_store_path(path)
     items = list(baselines)
     names = [b.simulator for b in items]
     if len(set(names)) != len(names):

@@ -71,8 +71,17 @@ def _read_csv(path: Path) -> tuple[dict[str, str], list[str], list[str], np.ndar
             times: list[str] = []
             rows: list[list[float]] = []
             blank = 0  # the first blank line: only more blank lines may follow it
-            for number, line in lines:
-                row = next(csv.reader([line]), [])
+            # one reader over the rest of the file: a quoted field may span lines, and an
+            # unclosed quote is an error (strict) rather than a value
+            reader = csv.reader((line for _, line in lines), strict=True)
+            while True:
+                try:
+                    row = next(reader, None)
+                except csv.Error as exc:
+                    raise _fail(path, f"line {header_line + reader.line_num}", str(exc)) from None
+                if row is None:
+                    break
+                number = header_line + reader.line_num  # the row's (last) line
                 if not row or all(cell.strip() == "" for cell in row):
                     blank = blank or number
                     continue
@@ -134,6 +143,8 @@ def _csv_metadata(
 
 def _number(path: Path, line: int, column: str, cell: str) -> float:
     try:
+        if "_" in cell:  # Python reads "1_000" as 1000; no CSV writer means that
+            raise ValueError(cell)
         value = float(cell)
     except ValueError:
         raise _fail(path, f"line {line}, column {column!r}", f"not a number: {cell!r}") from None
@@ -163,7 +174,7 @@ def _read_parquet(path: Path) -> tuple[dict[str, str], list[str], list[str], np.
     if "__index_level_0__" in names:  # pandas' index, written by DataFrame.to_parquet
         names.remove("__index_level_0__")
     columns = _check_header(path, names, "schema")
-    time = table.column(TIME_COLUMN)
+    time = table.column(names[0])  # "time", perhaps with spaces around it
     if pa.types.is_timestamp(time.type):
         if time.type.tz is not None:
             raise _fail(path, f"column {TIME_COLUMN!r}", "must be local time, without a time zone")
@@ -215,13 +226,15 @@ def _base_values(path: Path, text: str) -> dict[str, float]:
     if not isinstance(values, dict):
         raise _fail(path, where, "expected a JSON object of numbers by covariate name")
     for name, value in values.items():
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
+        try:
+            finite = isinstance(value, int | float) and math.isfinite(float(value))
+        except OverflowError:  # an integer of hundreds of digits
+            finite = False
+        if isinstance(value, bool) or not finite:
             raise _fail(
-                path, f"{where}, entry {name!r}", f"expected a finite number, got {value!r}"
+                path,
+                f"{where}, entry {name!r}",
+                f"expected a finite number, got {_shortened(repr(value))}",
             )
     return {str(k): v for k, v in values.items()}
 
@@ -309,6 +322,10 @@ def _baselines(
         covariate_base_values=_base_values(path, metadata["covariate_base_values"]),
         notes=metadata["notes"],
     )
+
+
+def _shortened(text: str, most: int = 40) -> str:
+    return text if len(text) <= most else f"{text[:most]}... ({len(text):,} characters)"
 
 
 def _fail(path: Path, where: str, message: str) -> TableLayoutError:

@@ -25,6 +25,7 @@ from whatif_bench.generator.describe import (
     coalition_effects,
     describe_task,
     duration_text,
+    number_text,
     scenario_text,
     shapley,
 )
@@ -374,6 +375,48 @@ def test_scenario_text_of_every_corpus_task_is_stable(described, corpus_path):
     shapes = {s for t, r, _, _ in described for s in t.recipe["shapes"]}
     assert shapes == {"step", "bell"}
     assert all(text.startswith("From ") and text.endswith(".") for text in texts.values())
+    for task, relationship, _, _ in described[::40]:  # every covariate named, with its unit
+        for info, factor in zip(
+            relationship.covariates[: task.k], task.recipe["future_factors"], strict=True
+        ):
+            assert info.name in texts[task.task_id]
+            assert (
+                f"({number_text(info.base_value * factor)} {info.unit} instead of"
+                in (texts[task.task_id])
+            )
+
+
+def test_a_restraint_task_has_no_future_event_and_says_nothing_changes(tmp_path):
+    """``--futures replay,novel,restraint``: the Restraint task's description lists only the
+    history events, with a zero effect; its sentence says no covariate changes."""
+    from whatif_bench.generator import GenerationConfig, generate
+    from whatif_bench.simulators import shipped_baselines_path
+
+    path = generate(
+        GenerationConfig(
+            baselines=str(shipped_baselines_path()),
+            out=str(tmp_path / "r.h5"),
+            targets=("epanet/pressure_10",),
+            jobs=1,
+            futures=("replay", "novel", "restraint"),
+        ),
+        progress=False,
+    )
+    with Corpus(path) as corpus:
+        registry, _ = corpus_registry(corpus)
+        pair = corpus.task_ids()[0].rsplit("/", 1)[0]
+        task = corpus[f"{pair}/restraint"]
+        relationship = registry.get(task.simulator, task.target)
+        described = Describer(corpus).describe(task)
+    assert [e["kind"] for e in described["events"]] == ["history"] * len(
+        task.recipe["event_starts"]
+    )
+    assert described["effect"]["total"] == 0.0
+    assert set(described["effect"]["contributions"].values()) == {0.0}
+    text = scenario_text(task, relationship)
+    assert "no covariate changes" in text and "still under way" not in text
+    for info in relationship.covariates[: task.k]:
+        assert f"{info.name} at {number_text(info.base_value)} {info.unit}" in text
 
 
 # ---- whatif show --describe ---------------------------------------------------------------

@@ -147,6 +147,13 @@ BAD_CSV = [
     ("21.0,101", "21.0,nan", "line 7, column 'power [W]': non-finite value nan"),
     ("21.0,101", "21.0,1e400", "line 7, column 'power [W]': non-finite value"),
     ("21.0,101", "21.0,101,7", "line 7: has 4 fields, the header has 3"),
+    ("21.0,101", '21.0,"101', "line 8: unexpected end of data"),  # an unclosed quote
+    ("21.0,101", "21.0,1_01", "line 7, column 'power [W]': not a number: '1_01'"),
+    (
+        '{"heater": 100.0, "fan": 2}',
+        '{"heater": 1' + "0" * 400 + "}",
+        "entry 'heater': expected a finite number, got 1000",
+    ),
     ("2024-01-01T00:05:00,21.0,101\n", "2024-01-01T00:05:00,21.0,101\n\n", "line 8: is empty"),
     ("2024-01-01T00:05:00", "2024-01-01T00:06:00", "row 2, column 'time'"),
     ("2024-01-01T00:05:00", "2024-01-01T00:00:00", "the step must be whole seconds"),
@@ -219,6 +226,7 @@ def _series(n: int = 3) -> tuple[dict, dict]:
             "metadata key 'covariate_base_values': is missing",
         ),
         (lambda t: t.rename_columns(["time", "plate"]), "needs its unit in square brackets"),
+        (lambda t: t.rename_columns([" time ", "plate [degC]"]), None),  # spaces: still fine
     ],
 )
 def test_a_malformed_parquet_is_one_error_naming_file_and_place(tmp_path, change, message):
@@ -226,9 +234,12 @@ def test_a_malformed_parquet_is_one_error_naming_file_and_place(tmp_path, change
     table = pq.read_table(path)
     changed = change(table)
     if changed.schema.metadata is None or b"simulator" not in changed.schema.metadata:
-        if "covariate_base_values" not in message:
+        if "covariate_base_values" not in (message or ""):
             changed = changed.replace_schema_metadata(table.schema.metadata)
     pq.write_table(changed, path)
+    if message is None:
+        assert read_baselines(path)["lab"].units == {"plate": "degC"}
+        return
     with pytest.raises(BaselinesFileError) as error:
         read_baselines(path)
     assert str(error.value).startswith(f"{path}: ") and message in str(error.value)
@@ -315,6 +326,12 @@ def test_generate_refuses_a_baseline_that_does_not_match_the_spec(
     assert left == set(), left  # nothing written (the lock file may stay)
 
 
+def test_a_source_without_its_spec_is_named_in_the_error(tmp_path, net3_csv):
+    result = run_whatif("generate", "--baselines", str(net3_csv), "--out", str(tmp_path / "t.h5"))
+    assert result.returncode == 1 and "no spec file declares ['net3']" in result.stderr
+    assert not (tmp_path / "t.h5").exists()
+
+
 def test_the_same_source_as_csv_and_parquet_makes_the_same_corpus(tmp_path, net3_csv):
     item = read_baselines(net3_csv)["net3"]
     parquet = write_parquet(
@@ -390,6 +407,21 @@ def test_combine_refuses_bad_inputs_and_writes_nothing(tmp_path, net3_csv, files
     assert result.returncode == 1 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert (out.read_bytes() if out.exists() else None) == before
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".pq"])
+def test_a_store_is_never_written_under_a_table_name(tmp_path, net3_csv, suffix):
+    """The reader takes those names for tables, so a store written there could not be read."""
+    out = tmp_path / f"all{suffix}"
+    for args in (
+        ("baselines", "combine", str(net3_csv), "--out", str(out)),
+        ("simulate", "--simulator", "epanet", "--days", "1", "--out", str(out)),
+    ):
+        result = run_whatif(*args)
+        assert result.returncode == 1 and "a baselines store is HDF5; name it .h5" in result.stderr
+        assert not out.exists()
+    with pytest.raises(BaselinesFileError, match="name it .h5"):
+        write_baselines(out, read_baselines(net3_csv).values())
 
 
 def test_extra_series_are_refused_for_a_simulator_without_them(tmp_path):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -43,7 +44,7 @@ class TableLayoutError(BaselinesFileError):
     """A CSV or Parquet baselines file does not follow the documented layout."""
 
 
-def is_tabular(path: str | Path) -> bool:
+def is_tabular(path: str | os.PathLike) -> bool:
     """True for a file the table layout reads (by its suffix)."""
     return Path(path).suffix.lower() in (*CSV_SUFFIXES, *PARQUET_SUFFIXES)
 

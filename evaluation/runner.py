@@ -488,6 +488,27 @@ def _saved_and_pending(
     return done, todo
 
 
+def _save_results(
+    todo: list,
+    results,
+    done: dict[tuple[str, int], pd.DataFrame],
+    labels: list[str],
+    n_chunks: int,
+    path_of: Callable[[str, int], Path],
+    bar,
+) -> list[pd.DataFrame]:
+    """Write each computed chunk (``results`` in the order of ``todo``, as
+    ``_saved_and_pending`` gave it) to ``path_of(label, index)`` and into ``done``; then every
+    chunk's frame, model by model and chunk by chunk."""
+    for (index, _, pending), frames in zip(todo, results, strict=True):
+        for (_, label), frame in zip(pending, frames, strict=True):
+            _write_chunk(frame, path_of(label, index))
+            done[label, index] = frame
+        bar.update()
+    bar.close()
+    return [done[label, index] for label in labels for index in range(n_chunks)]
+
+
 def _manifest(
     corpus_path: Path, attrs: dict, tasks: pd.DataFrame, subset: float | None, seed: int
 ) -> dict:
@@ -691,14 +712,15 @@ def _run_evaluation(
                 _score_chunk,
                 ((str(corpus_path), identity, c, [m for m, _ in p]) for _, c, p in todo),
             )
-        for (index, _, pending), frames in zip(todo, results, strict=True):
-            for (_, label), frame in zip(pending, frames, strict=True):
-                _write_chunk(frame, folders[label] / _chunk_name(index))
-                done[label, index] = frame
-            bar.update()
-        bar.close()
-
-        parts = [done[label, index] for label in labels for index in range(len(chunks))]
+        parts = _save_results(
+            todo,
+            results,
+            done,
+            labels,
+            len(chunks),
+            lambda lb, i: folders[lb] / _chunk_name(i),
+            bar,
+        )
         per_task = pd.concat(parts, ignore_index=True).merge(tasks, on="task_id", how="inner")
         with atomic_output(out / "per_task.parquet", lock=False) as tmp:
             per_task.to_parquet(tmp, index=False)
@@ -752,13 +774,15 @@ def _run_relational(
         results = pool.ordered(
             _relational_chunk, ((corpus_path, identity, c, [m for m, _ in p]) for _, c, p in todo)
         )
-    for (index, _, pending), frames in zip(todo, results, strict=True):
-        for (_, label), frame in zip(pending, frames, strict=True):
-            _write_chunk(frame, folders[label] / _relational_chunk_name(index))
-            done[label, index] = frame
-        bar.update()
-    bar.close()
-    parts = [done[label, index] for label in labels for index in range(len(chunks))]
+    parts = _save_results(
+        todo,
+        results,
+        done,
+        labels,
+        len(chunks),
+        lambda label, index: folders[label] / _relational_chunk_name(index),
+        bar,
+    )
     axes = ["pair_id", "target", *pair_columns()]
     return pd.concat(parts, ignore_index=True).merge(histories[axes], on="pair_id", how="inner")
 

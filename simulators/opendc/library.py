@@ -1,0 +1,385 @@
+"""The ``library`` backend: OpenDC 2.0's published libraries, through a small JVM driver.
+
+The driver (``driver/``: a Maven project, ``pom.xml`` and Kotlin sources) declares OpenDC's
+modules by their Maven Central coordinates ``org.opendc:*:2.0``. It is built with ``mvn`` on
+first use into a cache folder outside the repository, keyed by a hash of its sources and POM
+(``$WHATIF_OPENDC_CACHE``, default ``~/.cache/whatif-bench/opendc-driver``), and run with
+``java -jar``. Where the Maven repositories this machine reaches lack OpenDC 2.0, one more
+repository is added from a setting: ``$WHATIF_OPENDC_MAVEN_REPO`` or ``maven_repo`` (a folder
+in Maven's layout, or a URL).
+
+The driver reads three small CSV files (hosts, VMs with their placement, trace fragments),
+runs OpenDC's compute service under its own simulated clock and writes window means
+(``read_output``); every failure is one ``SimulatorError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from whatif_bench.simulators.base import SimulatorError, SimulatorUnavailable
+from whatif_bench.simulators.opendc.rack import WINDOW_MS, HostSetting
+
+DRIVER_DIR = Path(__file__).parent / "driver"
+JAR_NAME = "whatif-opendc-driver.jar"
+CACHE_ENV = "WHATIF_OPENDC_CACHE"
+DEFAULT_CACHE = Path("~/.cache/whatif-bench/opendc-driver")
+MAVEN_REPO_ENV = "WHATIF_OPENDC_MAVEN_REPO"
+MIN_JAVA = 8  # the driver's bytecode targets Java 8, as OpenDC 2.0's did
+HOW_TO_GET_JVM = (
+    "the OpenDC 2.0 backend needs a JDK (java, version 8 or newer) and Maven (mvn) on PATH, "
+    "e.g. Debian's openjdk-17-jdk-headless and maven packages"
+)
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    java: str
+    mvn: str
+    java_version: str  # e.g. "17.0.15"
+
+
+def find_toolchain() -> Toolchain:
+    """``java`` and ``mvn`` from PATH, with Java's version checked."""
+    java, mvn = shutil.which("java"), shutil.which("mvn")
+    missing = [name for name, path in (("java", java), ("mvn", mvn)) if path is None]
+    if missing or java is None or mvn is None:
+        raise SimulatorUnavailable(f"no {' or '.join(missing)} on PATH: {HOW_TO_GET_JVM}")
+    try:
+        probe = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SimulatorUnavailable(f"{java} -version failed ({exc}): {HOW_TO_GET_JVM}") from None
+    match = re.search(r'version "([^"]+)"', probe.stderr + probe.stdout)
+    if probe.returncode != 0 or match is None:
+        raise SimulatorUnavailable(
+            f"{java} -version printed no version (exit {probe.returncode}): {HOW_TO_GET_JVM}"
+        )
+    version = match.group(1)
+    parts = version.split(".")
+    major = int(parts[1]) if parts[0] == "1" and len(parts) > 1 else int(re.sub(r"\D.*", "", parts[0]) or 0)
+    if major < MIN_JAVA:
+        raise SimulatorUnavailable(
+            f"{java} is Java {version}; the OpenDC 2.0 driver needs Java {MIN_JAVA} or newer"
+        )
+    return Toolchain(java, mvn, version)
+
+
+def driver_files() -> dict[str, bytes]:
+    """The driver's POM and sources by path relative to ``driver/``."""
+    files = {"pom.xml": (DRIVER_DIR / "pom.xml").read_bytes()}
+    for path in sorted((DRIVER_DIR / "src").rglob("*.kt")):
+        files[path.relative_to(DRIVER_DIR).as_posix()] = path.read_bytes()
+    return files
+
+
+def driver_hash() -> str:
+    """SHA-256 over the driver's POM and sources (names and bytes): the build cache key."""
+    digest = hashlib.sha256()
+    for name, data in sorted(driver_files().items()):
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def declared_versions() -> dict[str, str]:
+    """The versions the driver's POM pins (OpenDC, Kotlin, kotlinx-coroutines, OpenTelemetry)."""
+    text = (DRIVER_DIR / "pom.xml").read_text()
+    keys = ("opendc.version", "kotlin.version", "coroutines.version", "otel.metrics.version")
+    found = {}
+    for key in keys:
+        match = re.search(rf"<{re.escape(key)}>([^<]+)</{re.escape(key)}>", text)
+        found[key.removesuffix(".version")] = match.group(1) if match else "?"
+    return found
+
+
+def maven_repository(maven_repo: str | os.PathLike | None) -> str | None:
+    """The extra Maven repository as a URL (``maven_repo``, else ``$WHATIF_OPENDC_MAVEN_REPO``,
+    else none). A folder must exist and look like a Maven repository."""
+    value = maven_repo if maven_repo is not None else os.environ.get(MAVEN_REPO_ENV) or None
+    if value is None:
+        return None
+    text = str(value)
+    if re.match(r"^[a-z][a-z0-9+.-]*://", text):
+        return text
+    folder = Path(text).expanduser().resolve()
+    source = "--maven-repo" if maven_repo is not None else f"${MAVEN_REPO_ENV}"
+    if not folder.is_dir():
+        raise SimulatorUnavailable(f"{source} {text}: no such folder")
+    if not (folder / "org").is_dir():
+        raise SimulatorUnavailable(
+            f"{source} {text}: not a Maven repository (no org/ folder; expected org/opendc/...)"
+        )
+    return folder.as_uri()
+
+
+def cache_folder() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
+
+
+def built_jar(cache: Path | None = None) -> Path:
+    """Where the jar of the current driver sources lives once built."""
+    return (cache or cache_folder()) / driver_hash()[:16] / JAR_NAME
+
+
+def build_driver(
+    toolchain: Toolchain,
+    maven_repo: str | os.PathLike | None = None,
+    cache: str | os.PathLike | None = None,
+    local_repository: str | os.PathLike | None = None,
+    say: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+) -> Path:
+    """The driver's jar, built with Maven first if the cache lacks it.
+
+    ``local_repository`` is Maven's local repository (default: Maven's own, ``~/.m2``). The
+    build runs in a temporary folder beside the cache entry; the jar appears in the cache
+    only when complete.
+    """
+    folder = Path(cache) if cache is not None else cache_folder()
+    jar = built_jar(folder.expanduser())
+    if jar.is_file():
+        return jar
+    repository = maven_repository(maven_repo)
+    try:
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".build-", dir=jar.parent))
+    except OSError as exc:
+        raise SimulatorError(f"cannot create the OpenDC driver cache {jar.parent}: {exc}") from None
+    try:
+        for name, data in driver_files().items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            (work / name).write_bytes(data)
+        command = [toolchain.mvn, "-B", "-q", "-ntp", "package"]
+        if repository:
+            command.insert(-1, f"-Dopendc.extra.repo={repository}")
+        if local_repository is not None:
+            command.insert(-1, f"-Dmaven.repo.local={Path(local_repository).resolve()}")
+        say(
+            "building the OpenDC 2.0 driver with Maven (first use only; about 15 s, longer "
+            f"while Maven fetches its plugins) into {jar.parent}"
+        )
+        try:
+            result = subprocess.run(
+                command, cwd=work, capture_output=True, text=True, timeout=1800, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise SimulatorError("the OpenDC driver's Maven build took over 30 min") from None
+        built = work / "target" / "whatif-opendc-driver-1.jar"
+        if result.returncode != 0 or not built.is_file():
+            raise SimulatorError(_build_failure(result.stdout + result.stderr, repository))
+        os.replace(built, jar)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return jar
+
+
+def _build_failure(log: str, repository: str | None) -> str:
+    """One line saying why Maven failed: unresolved OpenDC artifacts, else its first error."""
+    errors = [
+        line.removeprefix("[ERROR]").strip()
+        for line in log.splitlines()
+        if line.startswith("[ERROR]") and line.removeprefix("[ERROR]").strip()
+    ]
+    first = errors[0] if errors else (log.strip().splitlines() or ["(no output)"])[-1]
+    if re.search(r"org\.opendc:[\w-]+:(jar|pom):2\.0", log):
+        where = f"in {repository} or " if repository else ""
+        return (
+            f"the OpenDC driver's Maven build found no org.opendc:*:2.0 {where}in Maven Central; "
+            f"set {MAVEN_REPO_ENV} (or --maven-repo) to a Maven repository that holds OpenDC 2.0"
+            f" (Maven said: {first[:300]})"
+        )
+    return f"the OpenDC driver's Maven build failed: {first[:500]}"
+
+
+def write_inputs(
+    folder: Path,
+    hosts: tuple[HostSetting, ...],
+    placement: list[tuple[str, int, int, str]],
+    fragments: dict[str, tuple[np.ndarray, np.ndarray, int]],
+) -> dict[str, str]:
+    """The driver's three input tables in ``folder``; returns their texts by file name.
+
+    ``placement`` rows are (vm, cores, memory MB, host); ``fragments`` maps a VM to
+    (durations ms (n,), usage MHz (n,), cores).
+    """
+    texts = {
+        "hosts.csv": "name,core_count,core_speed_mhz,memory_mb,idle_power_w,max_power_w\n"
+        + "".join(
+            f"{h.name},{h.core_count},{float(h.core_speed_mhz)!r},{h.memory_mb},"
+            f"{float(h.idle_power_w)!r},{float(h.max_power_w)!r}\n"
+            for h in hosts
+        ),
+        "vms.csv": "vm,cores,memory_mb,host\n"
+        + "".join(f"{vm},{cores},{memory},{host}\n" for vm, cores, memory, host in placement),
+    }
+    lines = ["vm,duration_ms,cpu_usage_mhz,cores\n"]
+    for vm, (durations, usage, cores) in fragments.items():
+        lines.extend(
+            f"{vm},{int(d)},{float(u)!r},{cores}\n"
+            for d, u in zip(durations.tolist(), usage.tolist(), strict=True)
+        )
+    texts["fragments.csv"] = "".join(lines)
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+    return texts
+
+
+def run_driver(
+    toolchain: Toolchain,
+    jar: Path,
+    inputs: Path,
+    outputs: Path,
+    windows: int,
+    on_progress: Callable[[int], None] = lambda done: None,
+) -> None:
+    """Run the driver on ``inputs`` for ``windows`` windows, writing into ``outputs``.
+
+    ``on_progress(k)`` is called as the driver reports k windows simulated.
+    """
+    command = [
+        toolchain.java,
+        "-jar",
+        str(jar),
+        "--input",
+        str(inputs),
+        "--output",
+        str(outputs),
+        "--windows",
+        str(windows),
+        "--window-ms",
+        str(WINDOW_MS),
+    ]
+    try:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace"
+        )
+    except OSError as exc:
+        raise SimulatorError(f"cannot start the OpenDC driver ({toolchain.java}): {exc}") from None
+    messages: list[str] = []
+
+    def read_stderr() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "progress" and parts[1].isdigit():
+                on_progress(int(parts[1]))
+            elif line.strip():
+                messages.append(line.rstrip())
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    assert process.stdout is not None
+    stdout = process.stdout.read()
+    code = process.wait()
+    reader.join()
+    errors = [m.removeprefix("error: ") for m in messages if m.startswith("error: ")]
+    if code != 0:
+        detail = errors[0] if errors else (messages[-1] if messages else "no message")
+        raise SimulatorError(f"the OpenDC driver failed (exit {code}): {detail[:500]}")
+    if stdout.strip() != "done":
+        raise SimulatorError(
+            "the OpenDC driver did not finish as expected: it printed "
+            f"{stdout.strip()[:200]!r} instead of 'done'"
+        )
+
+
+@dataclass(frozen=True)
+class DriverOutput:
+    """Window means the driver wrote, each of shape (windows,).
+
+    ``hosts[name]`` holds ``cpu_usage_mhz``, ``cpu_demand_mhz``, ``cpu_utilization`` and
+    ``power_draw_w``; ``vms[id]`` holds ``cpu_usage_mhz``, ``cpu_demand_mhz`` and the VM's
+    ``capacity_mhz`` (vCPUs x their speed, one number); ``run`` the run's facts (start time on
+    OpenDC's clock, the sampling grid, the placement OpenDC made).
+    """
+
+    hosts: dict[str, dict[str, np.ndarray]]
+    vms: dict[str, dict[str, np.ndarray]]
+    capacity_mhz: dict[str, float]
+    run: dict[str, str]
+
+
+HOST_COLUMNS = ("cpu_usage_mhz", "cpu_demand_mhz", "cpu_utilization", "power_draw_w")
+VM_COLUMNS = ("cpu_usage_mhz", "cpu_demand_mhz", "capacity_mhz")
+
+
+def _read_table(
+    path: Path, key: str, columns: tuple[str, ...], names: list[str], windows: int
+) -> dict[str, dict[str, np.ndarray]]:
+    """One output table, checked row by row: every name, every window in order, finite values."""
+    header = ",".join((key, "window", *columns))
+
+    def fail(message: str) -> SimulatorError:
+        return SimulatorError(f"the OpenDC driver wrote a malformed {path.name}: {message}")
+
+    try:
+        lines = path.read_text(errors="strict").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(str(exc)) from None
+    if not lines or lines[0] != header:
+        raise fail(f"expected the header {header!r}, got {(lines or [''])[0][:100]!r}")
+    rows = lines[1:]
+    if len(rows) != windows * len(names):
+        raise fail(f"{len(rows)} rows, expected {windows} windows x {len(names)}")
+    values = np.empty((len(names), windows, len(columns)), dtype=np.float64)
+    for i, line in enumerate(rows):
+        cells = line.split(",")
+        entity, window = divmod(i, windows)
+        if len(cells) != 2 + len(columns):
+            raise fail(f"line {i + 2} has {len(cells)} fields, expected {2 + len(columns)}")
+        if cells[0] != names[entity] or cells[1] != str(window):
+            raise fail(
+                f"line {i + 2} is {cells[0]} window {cells[1]}, expected "
+                f"{names[entity]} window {window}"
+            )
+        try:
+            values[entity, window] = [float(c) for c in cells[2:]]
+        except ValueError:
+            raise fail(f"line {i + 2} holds a value that is not a number: {line[:100]!r}") from None
+    if not np.all(np.isfinite(values)):
+        entity, window, column = (int(x[0]) for x in np.nonzero(~np.isfinite(values)))
+        raise fail(f"{names[entity]} {columns[column]} is not finite in window {window}")
+    return {
+        name: {column: values[e, :, c].copy() for c, column in enumerate(columns)}
+        for e, name in enumerate(names)
+    }
+
+
+def read_output(folder: Path, hosts: list[str], vms: list[str], windows: int) -> DriverOutput:
+    """The driver's ``hosts.csv``, ``vms.csv`` and ``run.properties`` in ``folder``."""
+    for name in ("hosts.csv", "vms.csv", "run.properties"):
+        if not (folder / name).is_file():
+            raise SimulatorError(f"the OpenDC driver finished but wrote no {name}")
+    host_table = _read_table(folder / "hosts.csv", "host", HOST_COLUMNS, hosts, windows)
+    vm_table = _read_table(folder / "vms.csv", "vm", VM_COLUMNS, vms, windows)
+    run: dict[str, str] = {}
+    for line in (folder / "run.properties").read_text(errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise SimulatorError(f"the OpenDC driver wrote a malformed run.properties: {line!r}")
+        run[key] = value
+    capacity: dict[str, float] = {}
+    for vm, table in vm_table.items():
+        values = table.pop("capacity_mhz")
+        if not np.all(values == values[0]) or not values[0] > 0:
+            raise SimulatorError(f"the OpenDC driver reported an unusable capacity for VM {vm}")
+        capacity[vm] = float(values[0])
+    return DriverOutput(host_table, vm_table, capacity, run)
+
+
+def sha256_text(text: str) -> str:
+    """SHA-256 of a text's UTF-8 bytes."""
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -27,10 +28,30 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         help="simulated days, a number > 0 (default: each simulator's base run)",
     )
     parser.add_argument(
-        "--trace", help="OpenDC: folder of a Bitbrains trace (<vm>.csv files; default: none)"
+        "--trace",
+        help="OpenDC: a Bitbrains trace folder: OpenDC 2.0's meta.parquet + trace.parquet, the "
+        "newer OpenDC's tasks.parquet + fragments.parquet, or GWA-T-12 <vm>.csv files "
+        "(default: $WHATIF_OPENDC_TRACE)",
     )
     parser.add_argument(
-        "--image", help="OpenDC: Docker image that runs OpenDC (default: opendc on PATH)"
+        "--backend",
+        choices=["auto", "library", "cli", "container"],
+        default="auto",
+        help="OpenDC: library = OpenDC 2.0's libraries through the toolkit's JVM driver (needs "
+        "java and mvn); cli = the newer OpenDC's `opendc` command ($OPENDC_BIN or PATH); "
+        "container = that command in the Docker image --image; auto = the first that can run, "
+        "in that order (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--maven-repo",
+        metavar="DIR",
+        help="OpenDC library backend: one more Maven repository (a folder or URL) holding "
+        "org.opendc:*:2.0, beside Maven Central (default: $WHATIF_OPENDC_MAVEN_REPO, else none)",
+    )
+    parser.add_argument(
+        "--image",
+        help="OpenDC container backend: a Docker image running the newer OpenDC's `opendc` "
+        "command (default: none)",
     )
     parser.add_argument(
         "--extra-series",
@@ -110,7 +131,9 @@ def _simulate(args: argparse.Namespace) -> int:
         progress.set_description(f"running {name}")
         options = {"days": entry.default_days if args.days is None else args.days}
         if name == "opendc":
-            options.update(trace=args.trace, image=args.image)
+            options.update(
+                trace=args.trace, image=args.image, backend=args.backend, maven_repo=args.maven_repo
+            )
         if args.extra_series:
             options["extra_series"] = True
         started = time.perf_counter()
@@ -152,7 +175,12 @@ def _run_in_container(engine, name: str, options: dict, all_: bool):
             image_size(engine, engine.image_ref(image_name(name)))
         except WhatIfError as exc:
             raise SimulatorUnavailable(str(exc)) from None
-    return run_in_image(engine, name, options["days"], options.get("trace"))
+    trace = options.get("trace")
+    if name == "opendc" and trace is None:
+        from whatif_bench.simulators.opendc import TRACE_ENV
+
+        trace = os.environ.get(TRACE_ENV) or None
+    return run_in_image(engine, name, options["days"], trace)
 
 
 def _path(args: argparse.Namespace) -> Path:

@@ -1,6 +1,6 @@
 """The ``library`` backend: OpenDC 2.0's published libraries, through a small JVM driver.
 
-The driver (``driver/``: a Maven project, ``pom.xml`` and Kotlin sources) declares OpenDC's
+The driver (``driver/``: a Maven project, ``pom.xml`` and the Kotlin sources in ``kotlin/``) declares OpenDC's
 modules by their Maven Central coordinates ``org.opendc:*:2.0``. It is built with ``mvn`` on
 first use into a cache folder outside the repository, keyed by a hash of its sources and POM
 (``$WHATIF_OPENDC_CACHE``, default ``~/.cache/whatif-bench/opendc-driver``), and run with
@@ -81,7 +81,7 @@ def find_toolchain() -> Toolchain:
 def driver_files() -> dict[str, bytes]:
     """The driver's POM and sources by path relative to ``driver/``."""
     files = {"pom.xml": (DRIVER_DIR / "pom.xml").read_bytes()}
-    for path in sorted((DRIVER_DIR / "src").rglob("*.kt")):
+    for path in sorted((DRIVER_DIR / "kotlin").glob("*.kt")):
         files[path.relative_to(DRIVER_DIR).as_posix()] = path.read_bytes()
     return files
 

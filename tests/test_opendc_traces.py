@@ -1,0 +1,214 @@
+"""OpenDC trace input: the three folder layouts read to the same fragments, the run's length
+follows the trace, and every bad trace is one clear error (no JVM needed)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.opendc_support import (
+    TRACE_CURRENT,
+    gwa_folder_from_2_0,
+    need_trace,
+    write_gwa_csv,
+)
+from whatif_bench.simulators import opendc
+from whatif_bench.simulators.opendc.traces import TraceError, detect_layout, read_trace
+
+VMS = opendc.VM_SLOTS
+
+
+def test_the_default_vms_are_the_papers_three_and_1129():
+    assert VMS == ("1019", "1023", "1026", "1129")
+
+
+def test_the_2_0_trace_gives_the_papers_vms_as_opendc_replays_them():
+    trace = read_trace(need_trace(), VMS)
+    assert trace.layout == "opendc-2.0" and set(trace.files) == {"meta.parquet", "trace.parquet"}
+    for vm in VMS:
+        item = trace.vms[vm]
+        assert item.cores == 1 and item.submission_ms == 1_376_314_546_000
+        assert np.all(item.durations_ms % 300_000 == 0) and np.all(item.usage_mhz >= 0)
+    # replayed 5-minute samples (the reference's table): the trace ends before day 30
+    windows = {vm: trace.vms[vm].replayed_ms // 300_000 for vm in VMS}
+    assert windows == {"1019": 8636, "1023": 8633, "1026": 8616, "1129": 8637}
+    assert trace.vms["1019"].memory_mb == 181
+
+
+def test_the_run_stops_where_the_first_target_vms_trace_ends():
+    trace = read_trace(need_trace(), VMS)
+    assert opendc.plan_windows(30, trace, VMS) == 8616  # VM 1026's 8,616 samples
+    assert opendc.plan_windows(2, trace, VMS) == 576
+    with pytest.raises(opendc.SimulatorError, match="fewer than 2 windows"):
+        opendc.plan_windows(0.001, trace, VMS)
+
+
+def test_all_three_layouts_give_the_same_five_minute_values(tmp_path):
+    """The 2.0 Parquet, GWA-T-12 CSV files made from it, and the newer layout of the same trace
+    (whose durations carry +-1 s jitter) agree on every 5-minute sample."""
+    if not (TRACE_CURRENT / "fragments.parquet").is_file():
+        pytest.skip("the shared trace has no current/ layout")
+    old = read_trace(need_trace(), VMS[:3])
+    csv = read_trace(gwa_folder_from_2_0(tmp_path / "gwa", VMS[:3]), VMS[:3])
+    new = read_trace(TRACE_CURRENT, VMS[:3])
+    assert (csv.layout, new.layout) == ("bitbrains-csv", "opendc-current")
+    for vm in VMS[:3]:
+        samples = np.repeat(old.vms[vm].usage_mhz, old.vms[vm].durations_ms // 300_000)
+        np.testing.assert_array_equal(csv.vms[vm].usage_mhz, samples)
+        assert csv.vms[vm].submission_ms == old.vms[vm].submission_ms
+        item = new.vms[vm]
+        mid = np.arange(samples.size) * 300_000 + 150_000
+        at = np.searchsorted(np.cumsum(item.durations_ms), mid, side="right")
+        inside = at < item.usage_mhz.size
+        np.testing.assert_array_equal(item.usage_mhz[at[inside]], samples[inside])
+        assert new.vms[vm].memory_mb == old.vms[vm].memory_mb
+
+
+def test_a_cut_shortens_only_the_last_fragment():
+    trace = read_trace(need_trace(), ["1023"])
+    vm = trace.vms["1023"]
+    durations, usage = vm.cut(1_000_000)
+    assert durations.sum() == 1_000_000 and usage.size == durations.size
+    assert np.array_equal(durations[:-1], vm.durations_ms[: durations.size - 1])
+
+
+def _copy(tmp_path, layout="opendc-2.0"):
+    target = tmp_path / "trace"
+    shutil.copytree(need_trace().parent / layout, target)
+    return target
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _parquet_without(path, column):
+    import pyarrow.parquet as pq
+
+    pq.write_table(pq.read_table(path).drop([column]), path)
+
+
+BAD_TRACES = [
+    ("missing VM", lambda d: None, ("1019", "9999", "1026", "1129"), r"no VM\(s\) \['9999'\]"),
+    (
+        "truncated trace.parquet",
+        lambda d: _truncate(d / "trace.parquet"),
+        VMS,
+        r"trace.parquet: not a readable Parquet file",
+    ),
+    (
+        "truncated meta.parquet",
+        lambda d: _truncate(d / "meta.parquet"),
+        VMS,
+        r"meta.parquet: not a readable Parquet file",
+    ),
+    (
+        "no cpuUsage column",
+        lambda d: _parquet_without(d / "trace.parquet", "cpuUsage"),
+        VMS,
+        r"trace.parquet: lacks column\(s\) \['cpuUsage'\]",
+    ),
+    (
+        "empty folder",
+        lambda d: [p.unlink() for p in list(d.iterdir())],
+        VMS,
+        r"holds no trace: expected meta.parquet \+ trace.parquet",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "damage", "vms", "message"), BAD_TRACES, ids=[c[0] for c in BAD_TRACES]
+)
+def test_bad_traces_are_one_clear_error(tmp_path, case, damage, vms, message):
+    folder = _copy(tmp_path)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    damage(folder)
+    changed = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with pytest.raises(TraceError, match=message):
+        read_trace(folder, vms)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == changed  # nothing rewritten
+    assert set(changed) <= set(before)
+
+
+def test_a_folder_of_trace_folders_names_them(tmp_path):
+    need_trace()
+    with pytest.raises(TraceError, match=r"subfolder\(s\) \['current', 'opendc-2.0'\] do"):
+        detect_layout(need_trace().parent)
+    with pytest.raises(TraceError, match="trace folder not found.*traces/bitbrains-small"):
+        detect_layout(tmp_path / "nowhere")
+
+
+def _gwa(tmp_path, **kwargs):
+    folder = tmp_path / "gwa"
+    for vm in VMS:
+        write_gwa_csv(folder, vm, [1.0, 2.0, 3.0], **kwargs)
+    return folder
+
+
+BAD_CSV = [
+    ("negative usage", lambda f: write_gwa_csv(f, "1019", [1.0, -2.0]), r"CPU usage -2.0 MHz"),
+    ("NaN usage", lambda f: write_gwa_csv(f, "1019", [1.0, float("nan")]), r"CPU usage nan MHz"),
+    (
+        "time going back",
+        lambda f: write_gwa_csv(f, "1019", [1.0, 2.0, 3.0], step_s=-300),
+        r"timestamps do not increase at row 1",
+    ),
+    (
+        "not a GWA file",
+        lambda f: (f / "1019.csv").write_text("a;b\n1;2\n"),
+        r"not a GWA-T-12 Bitbrains file, missing column\(s\)",
+    ),
+    (
+        "no samples",
+        lambda f: (f / "1019.csv").write_text((f / "1023.csv").read_text().splitlines()[0] + "\n"),
+        r"the trace has no samples",
+    ),
+    (
+        "text in a number column",
+        lambda f: (f / "1019.csv").write_text(
+            (f / "1023.csv").read_text().replace(";\t1;", ";\tone;", 1)
+        ),
+        r"holds something other than numbers",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "damage", "message"), BAD_CSV, ids=[c[0] for c in BAD_CSV])
+def test_bad_gwa_files_are_one_clear_error(tmp_path, case, damage, message):
+    folder = _gwa(tmp_path)
+    damage(folder)
+    with pytest.raises(TraceError, match=message):
+        read_trace(folder, VMS)
+
+
+def test_vms_that_are_not_submitted_together_are_refused():
+    """VM 1052 joins the trace 17 days after the others; OpenDC would start it with them."""
+    vms = ("1019", "1023", "1026", "1052")
+    trace = read_trace(need_trace(), vms)
+    with pytest.raises(TraceError, match="must be submitted together"):
+        opendc.plan_windows(30, trace, vms)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"core_count": 0}, "at least 1 core"),
+        ({"core_count": 2.5}, "whole number"),
+        ({"core_speed_mhz": -1.0}, "core speed > 0"),
+        ({"core_speed_mhz": float("nan")}, "finite numbers"),
+        ({"memory_gib": 0.0}, "1 MB of memory"),
+        ({"idle_power_w": 300.0}, "idle <= max"),
+    ],
+)
+def test_impossible_host_settings_are_refused(settings, message):
+    with pytest.raises(opendc.SimulatorError, match=message):
+        opendc.HostSetting("host-0", **settings)
+
+
+def test_the_rack_must_be_host_0_to_host_3():
+    with pytest.raises(opendc.SimulatorError, match="expected hosts"):
+        opendc.run(days=1, hosts=opendc.BASE_HOSTS[:3], trace=str(need_trace()))

@@ -7,9 +7,9 @@ targets, their units and every covariate's base value stay those of the benchmar
 registry's relationships apply unchanged. Every series comes from a real run of the simulator
 through its wrapper (``epanet.run``, ``gridlabd.run``, ``sumo.run``); nothing is synthesised.
 
-OpenDC has no training world: it does not install from the package index and no backend runs
-here, so none of its runs could be checked against the benchmark (``TRAINING_WORLDS["opendc"]``
-is empty).
+OpenDC's worlds put other VMs of the same Bitbrains trace into the benchmark's VM slots (its
+targets keep their names, e.g. ``cpu_usage_1019`` is the VM in slot 1019); they run like the
+benchmark (``opendc.run``), so they need a JDK, Maven and the trace (``$WHATIF_OPENDC_TRACE``).
 
 ``WorldCache`` keeps each world's run as a one-simulator baselines file (``store.py``), built
 once under a lock and re-checked on every read; ``whatif worlds {list,build}`` is the command
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from whatif_bench.errors import WhatIfError
 from whatif_bench.outputs import OutputLockedError, is_safe_name, output_lock, safe_name
-from whatif_bench.simulators import epanet, gridlabd, sumo
+from whatif_bench.simulators import epanet, gridlabd, opendc, sumo
 from whatif_bench.simulators.base import Baselines
 from whatif_bench.simulators.catalog import SIMULATORS
 from whatif_bench.simulators.world_defaults import CACHE_ENV, DEFAULT_CACHE
@@ -48,12 +48,13 @@ BENCHMARK_PARAMS: dict[str, dict[str, tuple[object, ...]]] = {
     "epanet": {"demand_pattern": (None,), "pattern_step_s": (None,)},
     "gridlabd": {"weather_file": (None, gridlabd.WEATHER_FILE), "start": (None, gridlabd.START)},
     "sumo": {"seed": (sumo.SEED,), "profile": (sumo.DAILY_PROFILE,)},
-    "opendc": {},
+    "opendc": {"vms": (None, opendc.VM_SLOTS)},
 }
 _RUNNERS: dict[str, Callable[..., Baselines]] = {
     "epanet": epanet.run,
     "gridlabd": gridlabd.run,
     "sumo": sumo.run,
+    "opendc": opendc.run,
 }
 
 
@@ -250,7 +251,35 @@ TRAINING_WORLDS: dict[str, tuple[WorldSetting, ...]] = {
             ),
         ),
     ),
-    "opendc": (),  # no OpenDC backend runs here (see the module docstring)
+    # VMs of the benchmark's trace submitted with the benchmark's (OpenDC starts them together),
+    # whose traces hold at least C4's 8,352 windows; slot order 1019, 1023, 1026, then the fourth
+    # VM (host-2, read by no target)
+    "opendc": (
+        WorldSetting(
+            "opendc-vms-1147-1152-1138",
+            "opendc",
+            "the rack running Bitbrains VMs 1147, 1152, 1138 (and 857): quiet 1-core VMs",
+            (("vms", ("1147", "1152", "1138", "857")),),
+        ),
+        WorldSetting(
+            "opendc-vms-554-796-607",
+            "opendc",
+            "the rack running Bitbrains VMs 554, 796, 607 (and 578): busier 1-core VMs",
+            (("vms", ("554", "796", "607", "578")),),
+        ),
+        WorldSetting(
+            "opendc-vms-141-323-841",
+            "opendc",
+            "the rack running Bitbrains VMs 141, 323, 841 (and 851): 2-core VMs",
+            (("vms", ("141", "323", "841", "851")),),
+        ),
+        WorldSetting(
+            "opendc-vms-871-957-116",
+            "opendc",
+            "the rack running Bitbrains VMs 871, 957, 116 (and 506): 4-core VMs",
+            (("vms", ("871", "957", "116", "506")),),
+        ),
+    ),
 }
 
 

@@ -9,6 +9,7 @@ targets, units and covariate base values, so the registry's relationships apply 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -53,7 +54,13 @@ def training_sources(
     cache: str | os.PathLike | None = None,
     worlds: Iterable[str] | None = None,
 ) -> list[WorldSource]:
-    """The training worlds of the selected simulators, run once and then read from ``cache``."""
+    """The training worlds of the selected simulators, run once and then read from ``cache``.
+
+    With neither ``simulators`` nor ``worlds`` given, the worlds of a simulator that cannot run
+    here (OpenDC without a JDK, Maven or its trace) and are not in the cache are left out, with
+    one warning; a simulator or world asked for by name must run.
+    """
+    from whatif_bench.simulators.base import SimulatorUnavailable
     from whatif_bench.simulators.worlds import WorldCache, training_worlds
 
     settings = training_worlds(None if simulators is None else list(simulators))
@@ -65,7 +72,21 @@ def training_sources(
             raise SourceError(f"unknown training worlds {unknown}; known: {sorted(known)}")
         settings = [s for s in settings if s.name in wanted]
     store = WorldCache(cache)
-    return [
-        WorldSource(setting.name, setting.simulator, store.get(setting), benchmark=False)
-        for setting in settings
-    ]
+    sources, unavailable = [], {}
+    for setting in settings:
+        try:
+            baselines = store.get(setting)
+        except SimulatorUnavailable as exc:
+            if simulators is not None or worlds is not None:
+                raise SourceError(
+                    f"training world {setting.name} cannot run here: {exc}"
+                ) from None
+            unavailable.setdefault(setting.simulator, str(exc))
+            continue
+        sources.append(WorldSource(setting.name, setting.simulator, baselines, benchmark=False))
+    for simulator, reason in unavailable.items():
+        print(
+            f"warning: the stream leaves out {simulator}'s training worlds: {reason}",
+            file=sys.stderr,
+        )
+    return sources

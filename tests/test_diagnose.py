@@ -344,7 +344,8 @@ def bad_spec(tmp_path):
 
 
 BAD_INPUT = [
-    # (arguments with {corpus}, {missing}, {file}, {folder}, {other}, {spec}; message; exit code)
+    # (arguments with {corpus}, {missing}, {file}, {folder}, {other}, {spec}, {sumo_only};
+    # message; exit code)
     (["diagnose", "{missing}"], "no such corpus file", 1),
     (["diagnose", "{corpus}", "--target", "nope"], "has no target 'nope'", 1),
     (
@@ -360,7 +361,14 @@ BAD_INPUT = [
     (["diagnose", "{other}"], "built with another relationship registry", 1),
     (["diagnose", "{corpus}", "--jobs", "0"], "must be a positive integer", 2),
     (
-        ["relationships", "diagnose", "--target", "opendc/cpu_demand_host-0"],
+        [
+            "relationships",
+            "diagnose",
+            "--target",
+            "opendc/cpu_demand_host-0",
+            "--baselines",
+            "{sumo_only}",
+        ],
         "no baselines of simulator 'opendc'",
         1,
     ),
@@ -400,7 +408,10 @@ def test_bad_input_is_one_error_and_writes_nothing(
     folder = tmp_path / "folder"
     folder.mkdir()
     (folder / "notes.txt").write_text("keep")
+    sumo_only = tmp_path / "sumo-only.h5"
+    write_baselines(sumo_only, [read_baselines(shipped_baselines_path())["sumo"]])
     names = {
+        "sumo_only": str(sumo_only),
         "corpus": str(corpus_path),
         "missing": str(tmp_path / "missing.h5"),
         "file": str(file),

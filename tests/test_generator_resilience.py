@@ -77,7 +77,16 @@ def test_unknown_target(tmp_path):
 
 
 def test_empty_selection(tmp_path):
-    _fails(tmp_path, "--simulators", "opendc", message="has no baselines for 'opendc'")
+    sumo_only = tmp_path / "sumo-only.h5"
+    write_baselines(sumo_only, [read_baselines(shipped_baselines_path())["sumo"]])
+    _fails(
+        tmp_path,
+        "--baselines",
+        str(sumo_only),
+        "--simulators",
+        "opendc",
+        message="has no baselines for 'opendc'",
+    )
 
 
 def test_unknown_simulator(tmp_path):

@@ -67,7 +67,10 @@ def test_two_jobs_write_the_same_bytes(shards, cache, tmp_path):
         (("--seed", "x", "--count", "3"), "--seed"),
         (("--seed", "1", "--count", "0"), "--count"),
         (("--seed", "1", "--count", "3", "--shard-size", "0"), "--shard-size"),
-        (("--seed", "1", "--count", "3", "--simulators", "opendc"), "no world to draw from"),
+        (
+            ("--seed", "1", "--count", "3", "--simulators", "opendc", "--worlds", "sumo-seed-7"),
+            "unknown training worlds ['sumo-seed-7']",
+        ),
         (("--seed", "1", "--count", "3", "--worlds", "nowhere"), "unknown training worlds"),
         (("--seed", "1", "--count", "3", "--format", "csv"), "--format: invalid choice: 'csv'"),
         (("--seed", "1.5", "--count", "3"), "--seed"),

@@ -80,6 +80,29 @@ def test_an_unknown_training_world_is_refused(cache):
         TaskStream(0, worlds=["nowhere"], cache=cache).entries()
 
 
-def test_a_simulator_without_training_worlds_is_a_clear_error(cache):
-    with pytest.raises(SourceError, match="no world to draw from"):
+def test_a_simulator_whose_worlds_cannot_run_is_a_clear_error(cache, monkeypatch):
+    """OpenDC without its trace: asked for by name it is an error naming the reason; a default
+    stream leaves its worlds out with one warning."""
+    monkeypatch.delenv("WHATIF_OPENDC_TRACE", raising=False)
+    with pytest.raises(SourceError, match="opendc-vms-1147-1152-1138 cannot run here: .*trace"):
         TaskStream(0, simulators=["opendc"], cache=cache).entries()
+    with pytest.raises(SourceError, match="no world to draw from"):
+        TaskStream(0, simulators=[], cache=cache).entries()
+
+
+def test_a_default_stream_leaves_out_worlds_that_cannot_run(cache, monkeypatch, capsys):
+    from whatif_bench.stream.sources import training_sources
+    from whatif_bench.simulators import worlds
+
+    monkeypatch.delenv("WHATIF_OPENDC_TRACE", raising=False)
+    monkeypatch.setattr(
+        worlds, "TRAINING_WORLDS", {**worlds.TRAINING_WORLDS, "gridlabd": (), "sumo": ()}
+    )
+    monkeypatch.setattr(
+        worlds, "training_worlds",
+        lambda sims=None: [w for ws in worlds.TRAINING_WORLDS.values() for w in ws],
+    )
+    found = training_sources(None, cache)
+    assert {s.simulator for s in found} == {"epanet"}
+    warning = capsys.readouterr().err
+    assert warning.count("warning: the stream leaves out opendc's training worlds") == 1

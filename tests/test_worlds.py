@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_whatif
-from whatif_bench.simulators import epanet, gridlabd, read_baselines, shipped_baselines_path, sumo
+from tests.opendc_support import need_jvm
+from whatif_bench.simulators import (
+    epanet,
+    gridlabd,
+    opendc,
+    read_baselines,
+    shipped_baselines_path,
+    sumo,
+)
 from whatif_bench.simulators.base import SimulatorError
 from whatif_bench.simulators.worlds import (
     SETTING_INPUT,
@@ -89,10 +97,9 @@ def assert_held_apart(world, benchmark, width: int) -> None:
         assert not shared_window(values, reference, width), f"{name} repeats the benchmark"
 
 
-def test_every_runnable_simulator_has_at_least_three_worlds():
+def test_every_simulator_has_at_least_three_worlds():
     assert set(TRAINING_WORLDS) == {"epanet", "gridlabd", "sumo", "opendc"}
-    assert TRAINING_WORLDS["opendc"] == ()
-    for simulator in ("epanet", "gridlabd", "sumo"):
+    for simulator in ("epanet", "gridlabd", "sumo", "opendc"):
         assert len(TRAINING_WORLDS[simulator]) >= 3
         assert all(w.simulator == simulator for w in TRAINING_WORLDS[simulator])
     names = [w.name for w in training_worlds()]
@@ -104,7 +111,7 @@ def test_training_worlds_keep_a_stable_order_whatever_the_order_asked():
     assert training_worlds(["sumo", "epanet"]) == training_worlds(["epanet", "sumo"])
     assert training_worlds("gridlabd") == list(TRAINING_WORLDS["gridlabd"])
     assert training_worlds() == [w for ws in TRAINING_WORLDS.values() for w in ws]
-    assert training_worlds(["opendc"]) == []
+    assert training_worlds(["opendc"]) == list(TRAINING_WORLDS["opendc"])
 
 
 def test_unknown_world_or_simulator_lists_the_valid_names():
@@ -119,7 +126,7 @@ def test_unknown_world_or_simulator_lists_the_valid_names():
     [
         ({"name": "../escape"}, "not a safe file name"),
         ({"name": ""}, "not a safe file name"),
-        ({"simulator": "opendc"}, "has no training worlds"),
+        ({"simulator": "matlab"}, "has no training worlds"),
         ({"description": "two\nlines"}, "one line"),
         ({"params": (("seeds", 3),)}, r"unknown parameter\(s\) \['seeds'\]"),
         ({"params": (("seed", 3), ("seed", 4))}, "given twice"),
@@ -208,6 +215,20 @@ def test_sumo_world_is_a_real_run_held_apart_from_the_benchmark(world, shipped, 
     baselines = cache.get(world)
     assert baselines.n_steps == shipped["sumo"].n_steps
     assert_held_apart(baselines, shipped["sumo"], width=288)
+
+
+@pytest.mark.parametrize("world", TRAINING_WORLDS["opendc"], ids=lambda w: w.name)
+def test_opendc_world_is_a_real_run_held_apart_from_the_benchmark(world, shipped, cache):
+    """Other VMs of the benchmark's trace in its VM slots: a real OpenDC 2.0 run (the library
+    backend, on the shared trace) whose every series differs from the benchmark's."""
+    need_jvm()
+    baselines = cache.get(world)
+    assert baselines.n_steps >= 7488 + 864  # C4 fits
+    assert_held_apart(baselines, shipped["opendc"], width=288)  # one day
+    setting = json.loads(baselines.inputs["setting.json"])
+    assert setting["vms"] == dict(zip(opendc.VM_SLOTS, world.kwargs()["vms"], strict=True))
+    assert setting["trace"] == json.loads(shipped["opendc"].inputs["setting.json"])["trace"]
+    assert world.name in baselines.notes
 
 
 def test_worlds_never_share_a_content_hash(tmp_path):
@@ -316,7 +337,11 @@ def test_cli_lists_and_builds_worlds(tmp_path):
     ("args", "code", "message"),
     [
         (["--world", "nope"], 1, "error: unknown training world 'nope'"),
-        (["--simulator", "opendc"], 1, "opendc has no training worlds"),
+        (
+            ["--simulator", "opendc", "--world", SHORT_EPANET],
+            1,
+            "no training world matches the --simulator and --world options",
+        ),
         (["--days", "0"], 2, "expected a finite number > 0"),
         (["--simulator", "nope"], 2, "invalid choice"),
     ],

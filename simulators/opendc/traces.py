@@ -180,8 +180,10 @@ def _read_opendc_2(folder: Path, wanted: list[str]) -> tuple[dict[str, TraceVM],
         rows = trace[trace["id"] == key].sort_values("time", kind="stable")
         if rows.empty:
             raise TraceError(f"{trace_path}: VM {vm} has no fragments")
-        cores = {int(c) for c in rows["cores"]}
-        if cores != {int(row["maxCores"])}:
+        # a fragment of zero usage may name 0 cores (OpenDC idles through it either way)
+        busy = rows["cpuUsage"].to_numpy() > 0
+        cores = {int(c) for c in rows["cores"].to_numpy()[busy]}
+        if cores - {int(row["maxCores"])}:
             raise TraceError(
                 f"{trace_path}: VM {vm}'s fragments use {sorted(cores)} cores, its meta row "
                 f"{int(row['maxCores'])}"

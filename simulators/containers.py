@@ -31,6 +31,7 @@ ENGINES = ("docker", "podman")
 IMAGES = ("epanet", "sumo", "gridlabd", "opendc", "toolkit")
 # pip settings a build passes on to the image's pip when the host sets them (PIP_CERT apart: a
 # host path, mounted into podman builds, see ``pip_build_options``)
+MAVEN_REPO_ENV = "WHATIF_OPENDC_MAVEN_REPO"  # as simulators/opendc/library.py reads it
 PIP_SETTINGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT")
 CA_IN_BUILD = "/run/host-ca.crt"
 ENGINE_TIMEOUT_S = 60.0
@@ -38,10 +39,9 @@ RLIMIT_HINT = (
     " (podman's runtime cannot set resource limits here: export "
     "CONTAINERS_CONF=docker/podman-runc.conf, see docs/CONTAINERS.md)"
 )
-OPENDC_NOTE = (
-    "the OpenDC image is layered over an image that runs OpenDC (--opendc-image), and none is "
-    "available: no package index or registry this project reaches serves OpenDC"
-)
+# The OpenDC image's build resolves org.opendc:*:2.0 from Maven Central, or also from this
+# local Maven repository, handed in as the build context `opendc-maven` (docker/opendc/Dockerfile)
+OPENDC_MAVEN_CONTEXT = "opendc-maven"
 
 
 class ContainerError(WhatIfError):
@@ -133,27 +133,34 @@ def build_image(
     image: str,
     repo: str | os.PathLike,
     base: str | None = None,
-    opendc_image: str | None = None,
+    maven_repo: str | os.PathLike | None = None,
     log: str | os.PathLike | None = None,
 ) -> BuiltImage:
     """Build ``docker/<image>/Dockerfile`` from the repository root ``repo``.
 
-    ``base`` replaces the default base image (``--build-arg BASE``); the OpenDC image needs
-    ``opendc_image``. The build's output goes to ``log`` (default: a temporary file, removed).
+    ``base`` replaces the default base image (``--build-arg BASE``). The OpenDC image's Maven
+    build also resolves from ``maven_repo`` (a local Maven repository folder; default
+    ``$WHATIF_OPENDC_MAVEN_REPO``, else Maven Central alone), handed in as a build context.
+    The build's output goes to ``log`` (default: a temporary file, removed).
     """
     repo = Path(repo)
     dockerfile = repo / "docker" / image / "Dockerfile"
     ref = engine.image_ref(image_name(image))
     if not dockerfile.is_file():
         raise ContainerError(f"image {ref}: no Dockerfile at {dockerfile}")
-    if image == "opendc" and not opendc_image:
-        raise ContainerError(f"image {ref}: cannot build: {OPENDC_NOTE}")
     command = [engine.path, "build", "--network", "host", "-f", str(dockerfile), "-t", ref]
     command += pip_build_options(engine)
     if base:
         command += ["--build-arg", f"BASE={base}"]
-    if opendc_image:
-        command += ["--build-arg", f"OPENDC_IMAGE={opendc_image}"]
+    if image == "opendc":
+        folder = maven_repo if maven_repo is not None else os.environ.get(MAVEN_REPO_ENV)
+        if folder:
+            path = Path(folder).expanduser().resolve()
+            if not (path / "org").is_dir():
+                raise ContainerError(
+                    f"image {ref}: {folder} is not a local Maven repository (no org/ folder)"
+                )
+            command += ["--build-context", f"{OPENDC_MAVEN_CONTEXT}={path}"]
     command.append(str(repo))
     with tempfile.TemporaryDirectory(prefix="whatif-build-") as tmp:
         log_path = Path(log) if log else Path(tmp) / "build.log"
@@ -280,6 +287,11 @@ def check_image(
         )
     options: dict = {"days": days}
     if simulator == "opendc":
+        if trace is None:
+            raise ContainerError(
+                f"image {ref}: checking OpenDC needs a Bitbrains trace (--trace or "
+                "$WHATIF_OPENDC_TRACE)"
+            )
         options["trace"] = trace
     started = time.perf_counter()
     host = get_simulator(simulator).runner()(**options)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -10,7 +11,8 @@ from whatif_bench.cli_types import positive_float
 from whatif_bench.errors import WhatIfError
 
 # The simulators a short run checks in each image (the toolkit image has every engine that
-# installs from the package index; OpenDC's needs an OpenDC image and a trace).
+# installs from the package index; OpenDC's image has a Java runtime and the built driver, and
+# its check needs a Bitbrains trace).
 CHECKED = {
     "epanet": ("epanet",),
     "sumo": ("sumo",),
@@ -39,15 +41,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "--image",
             action="append",
             choices=IMAGES,
-            help="only this image; repeatable (default: every image; opendc only when it can be)",
-        )
-        command.add_argument(
-            "--opendc-image",
-            help="image that runs OpenDC, the base of the OpenDC image (default: none, skipped)",
+            help="only this image; repeatable (default: every image)",
         )
     build.add_argument(
         "--base",
-        help="base image of all but the OpenDC image (default: the Dockerfiles' python:3.11-slim)",
+        help="base image of every image (default: the Dockerfiles' python:3.11-slim)",
+    )
+    build.add_argument(
+        "--maven-repo",
+        metavar="DIR",
+        help="OpenDC image: a local Maven repository holding org.opendc:*:2.0, handed to the "
+        "build beside Maven Central (default: $WHATIF_OPENDC_MAVEN_REPO, else Central alone)",
     )
     build.add_argument(
         "--repo",
@@ -62,20 +66,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=CHECK_DAYS,
         help="simulated days of each run (default: %(default)s)",
     )
-    check.add_argument("--trace", help="OpenDC: Bitbrains trace folder (default: none)")
+    check.add_argument(
+        "--trace",
+        help="OpenDC: Bitbrains trace folder; without one the OpenDC image's run is skipped "
+        "(default: $WHATIF_OPENDC_TRACE)",
+    )
     check.set_defaults(handler=_check)
 
 
 def _images(args: argparse.Namespace) -> list[str]:
-    """The images asked for; OpenDC's is left out (with a warning) unless it can be used."""
-    from whatif_bench.simulators.containers import IMAGES, OPENDC_NOTE
+    """The images asked for (default: all)."""
+    from whatif_bench.simulators.containers import IMAGES
 
-    if args.image:
-        return list(dict.fromkeys(args.image))
-    if args.opendc_image:
-        return list(IMAGES)
-    print(f"warning: skipping opendc: {OPENDC_NOTE}", file=sys.stderr)
-    return [image for image in IMAGES if image != "opendc"]
+    return list(dict.fromkeys(args.image)) if args.image else list(IMAGES)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -90,7 +93,7 @@ def _build(args: argparse.Namespace) -> int:
     for image in _images(args):
         log = Path(args.logs) / f"{image}.log" if args.logs else None
         print(f"building {image} with {engine.name} ...", file=sys.stderr)
-        built = build_image(engine, image, repo, args.base, args.opendc_image, log)
+        built = build_image(engine, image, repo, args.base, args.maven_repo, log)
         print(f"built {built.ref} in {built.seconds:.0f} s, {built.size_bytes / 1e9:.2f} GB")
     return 0
 
@@ -99,9 +102,17 @@ def _check(args: argparse.Namespace) -> int:
     from whatif_bench.simulators.containers import check_image, find_engine
 
     engine = find_engine(args.engine)
+    trace = args.trace or os.environ.get("WHATIF_OPENDC_TRACE") or None
     for image in _images(args):
         for simulator in CHECKED[image]:
-            result = check_image(engine, simulator, args.days, args.trace, image=image)
+            if simulator == "opendc" and trace is None:
+                print(
+                    "warning: skipping the opendc check: it needs a Bitbrains trace (--trace "
+                    "or $WHATIF_OPENDC_TRACE)",
+                    file=sys.stderr,
+                )
+                continue
+            result = check_image(engine, simulator, args.days, trace, image=image)
             print(
                 f"{result.ref}: {result.version}; {simulator} {args.days:g} d: hash "
                 f"{result.image_hash[:12]} in {result.image_seconds:.1f} s = host "

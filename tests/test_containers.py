@@ -2,9 +2,10 @@
 --version`` and a short simulation run in each, the content hash equal to the host run's.
 
 Run on request only (``bash dev test -m containers``; ``bash dev images`` prepares a machine
-without Docker). It skips, saying why, when no engine works; OpenDC's image is skipped because
-no image that runs OpenDC exists here (docs/CONTAINERS.md). Builds reuse the engine's layer
-cache, so a second run takes about a minute plus the simulations.
+without Docker). It skips, saying why, when no engine works. OpenDC's image is built with the
+shared OpenDC 2.0 Maven repository handed in (``$WHATIF_OPENDC_MAVEN_REPO``; ``bash dev test``
+points it at ../shared) and checked on the shared Bitbrains trace. Builds reuse the engine's
+layer cache, so a second run takes about a minute plus the simulations.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_whatif
+from tests.opendc_support import MAVEN_REPO, TRACE_2_0, need_jvm
 from whatif_bench._version import __version__
 from whatif_bench.simulators import containers
 from whatif_bench.simulators.containers import ContainerError
@@ -28,7 +30,8 @@ pytestmark = pytest.mark.containers
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_BASE = "localhost/debian-base:bookworm"  # made by docker/build-local.sh
 DAYS = 0.5
-BUILT = [image for image in containers.IMAGES if image != "opendc"]
+BUILT = list(containers.IMAGES)
+OPENDC_DAYS = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -53,17 +56,20 @@ def base(engine):
 
 @pytest.fixture(scope="module")
 def built(engine, base, tmp_path_factory):
-    """Every image but OpenDC's, built once for the module: image -> BuiltImage."""
+    """Every image, built once for the module: image -> BuiltImage."""
+    need_jvm()  # the OpenDC image's build needs the shared Maven repository, its check the trace
     logs = tmp_path_factory.mktemp("build-logs")
     return {
-        image: containers.build_image(engine, image, REPO, base, log=logs / f"{image}.log")
+        image: containers.build_image(
+            engine, image, REPO, base, maven_repo=MAVEN_REPO, log=logs / f"{image}.log"
+        )
         for image in BUILT
     }
 
 
-def test_the_opendc_image_says_why_it_cannot_be_built(engine):
-    with pytest.raises(ContainerError, match=r"whatif-opendc:.*cannot build: .*serves OpenDC"):
-        containers.build_image(engine, "opendc", REPO)
+def test_a_maven_repository_that_is_not_one_is_refused(engine, tmp_path):
+    with pytest.raises(ContainerError, match=r"whatif-opendc:.* is not a local Maven repository"):
+        containers.build_image(engine, "opendc", REPO, maven_repo=tmp_path)
 
 
 @pytest.mark.parametrize("image", BUILT)
@@ -87,7 +93,10 @@ PAIRS = [(image, simulator) for image in BUILT for simulator in CHECKED[image]]
 
 @pytest.mark.parametrize(("image", "simulator"), PAIRS, ids=[f"{i}-{s}" for i, s in PAIRS])
 def test_simulation_in_the_image_equals_the_host_run(engine, built, image, simulator):
-    check = containers.check_image(engine, simulator, DAYS, image=image)
+    if simulator == "opendc":  # a one-day run of the shared trace in the image
+        check = containers.check_image(engine, simulator, OPENDC_DAYS, str(TRACE_2_0), image=image)
+    else:
+        check = containers.check_image(engine, simulator, DAYS, image=image)
     assert check.image_hash == check.host_hash
 
 

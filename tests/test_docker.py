@@ -48,11 +48,7 @@ def test_image_runs_whatif_as_a_non_root_user_and_takes_pip_settings_as_argument
         assert re.search(rf"^ARG {setting}$", text, re.M), setting  # declared without a value
 
 
-@pytest.mark.parametrize(
-    "dockerfile",
-    [p for p in DOCKERFILES if p.parent.name != "opendc"],
-    ids=lambda p: p.parent.name,
-)
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
 def test_base_image_defaults_to_a_registry_python_and_can_be_replaced(dockerfile):
     text = dockerfile.read_text()
     assert "ARG BASE=python:3.11-slim" in text and "FROM ${BASE} AS python" in text
@@ -60,9 +56,15 @@ def test_base_image_defaults_to_a_registry_python_and_can_be_replaced(dockerfile
     assert "command -v python3" in text and "python3-venv" in text
 
 
-def test_opendc_image_is_layered_over_a_user_supplied_base():
+def test_opendc_image_builds_the_driver_with_debians_jdk_and_ships_a_jre():
     text = (REPO / "docker" / "opendc" / "Dockerfile").read_text()
-    assert "ARG OPENDC_IMAGE" in text and "FROM ${OPENDC_IMAGE}" in text
+    build, final = text.split("\nFROM python\n")
+    assert "openjdk-17-jdk-headless maven" in build and "library.build_driver" in build
+    assert "openjdk-17-jre-headless" in final and "maven" not in final
+    # the extra Maven repository: an empty stage unless a build context of that name replaces it
+    assert "FROM scratch AS opendc-maven" in text and "COPY --from=opendc-maven" in build
+    assert "COPY --from=build /opt/whatif-opendc-driver" in final
+    assert "WHATIF_OPENDC_CACHE=/opt/whatif-opendc-driver" in final
 
 
 def test_toolkit_image_warms_the_numba_cache_as_its_own_user():

@@ -33,7 +33,7 @@ def jvm(tmp_path_factory):
     cache = tmp_path_factory.mktemp("opendc-driver-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(library.CACHE_ENV, str(cache))
-        toolchain = library.find_toolchain()
+        toolchain = library.find_toolchain(need_maven=True)
         yield toolchain, library.build_driver(toolchain, MAVEN_REPO, cache=cache)
 
 
@@ -51,7 +51,7 @@ def test_the_driver_builds_against_the_shared_repository_alone(tmp_path):
     """An empty Maven local repository: every org.opendc artifact must come from the shared
     repository (Maven records where each came from), the rest from Maven Central."""
     need_jvm()
-    toolchain = library.find_toolchain()
+    toolchain = library.find_toolchain(need_maven=True)
     local = tmp_path / "m2"
     jar = library.build_driver(
         toolchain, MAVEN_REPO, cache=tmp_path / "cache", local_repository=local, say=lambda _: None
@@ -280,7 +280,22 @@ def test_an_old_java_is_refused(tmp_path, monkeypatch):
 
 def test_no_jdk_no_maven_names_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv(library.CACHE_ENV, str(tmp_path / "empty-cache"))
     with pytest.raises(SimulatorUnavailable, match=r"no java or mvn on PATH.*openjdk-17-jdk-headless"):
+        library.find_toolchain()
+
+
+def test_a_built_jar_needs_java_alone(jvm, tmp_path, monkeypatch):
+    """A container image ships the jar built: Maven is then not needed."""
+    _, jar = jvm
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "java").symlink_to(library.find_toolchain(need_maven=False).java)
+    monkeypatch.setenv("PATH", str(folder))
+    monkeypatch.setenv(library.CACHE_ENV, str(jar.parent.parent))
+    assert library.find_toolchain().mvn is None
+    monkeypatch.setenv(library.CACHE_ENV, str(tmp_path / "empty-cache"))
+    with pytest.raises(SimulatorUnavailable, match="no mvn on PATH"):
         library.find_toolchain()
 
 

@@ -46,16 +46,23 @@ HOW_TO_GET_JVM = (
 
 @dataclass(frozen=True)
 class Toolchain:
+    """``java`` (checked) and ``mvn`` (None where the driver's jar is already built)."""
+
     java: str
-    mvn: str
+    mvn: str | None
     java_version: str  # e.g. "17.0.15"
 
 
-def find_toolchain() -> Toolchain:
-    """``java`` and ``mvn`` from PATH, with Java's version checked."""
+def find_toolchain(need_maven: bool | None = None) -> Toolchain:
+    """``java`` and ``mvn`` from PATH, with Java's version checked. ``mvn`` is needed only to
+    build the driver: by default only when the cache lacks the jar (a container image ships it
+    built)."""
+    if need_maven is None:
+        need_maven = not built_jar().is_file()
     java, mvn = shutil.which("java"), shutil.which("mvn")
-    missing = [name for name, path in (("java", java), ("mvn", mvn)) if path is None]
-    if missing or java is None or mvn is None:
+    wanted = (("java", java), ("mvn", mvn)) if need_maven else (("java", java),)
+    missing = [name for name, path in wanted if path is None]
+    if missing or java is None:
         raise SimulatorUnavailable(f"no {' or '.join(missing)} on PATH: {HOW_TO_GET_JVM}")
     try:
         probe = subprocess.run(
@@ -153,6 +160,8 @@ def build_driver(
     if jar.is_file():
         return jar
     repository = maven_repository(maven_repo)
+    if toolchain.mvn is None:
+        raise SimulatorUnavailable(f"no mvn on PATH to build the OpenDC driver: {HOW_TO_GET_JVM}")
     try:
         jar.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".build-", dir=jar.parent))

@@ -72,15 +72,14 @@ def training_sources(
             raise SourceError(f"unknown training worlds {unknown}; known: {sorted(known)}")
         settings = [s for s in settings if s.name in wanted]
     store = WorldCache(cache)
-    sources, unavailable = [], {}
+    sources: list[WorldSource] = []
+    unavailable: dict[str, str] = {}
     for setting in settings:
         try:
             baselines = store.get(setting)
         except SimulatorUnavailable as exc:
             if simulators is not None or worlds is not None:
-                raise SourceError(
-                    f"training world {setting.name} cannot run here: {exc}"
-                ) from None
+                raise SourceError(f"training world {setting.name} cannot run here: {exc}") from None
             unavailable.setdefault(setting.simulator, str(exc))
             continue
         sources.append(WorldSource(setting.name, setting.simulator, baselines, benchmark=False))

@@ -42,8 +42,16 @@ def need_jvm() -> None:
     need_trace()
 
 
-def write_gwa_csv(folder: Path, vm: str, usage, cores=1, capacity=2926.0, start_s=1376314546,
-                  memory_kb=262144, step_s=300) -> Path:
+def write_gwa_csv(
+    folder: Path,
+    vm: str,
+    usage,
+    cores=1,
+    capacity=2926.0,
+    start_s=1376314546,
+    memory_kb=262144,
+    step_s=300,
+) -> Path:
     """One GWA-T-12 ``<vm>.csv`` with one row per 300 s sample of ``usage`` (MHz)."""
     folder.mkdir(parents=True, exist_ok=True)
     lines = [GWA_HEADER]
@@ -67,7 +75,11 @@ def gwa_folder_from_2_0(folder: Path, vms=("1019", "1023", "1026", "1129")) -> P
         item = trace.vms[vm]
         usage = np.repeat(item.usage_mhz, item.durations_ms // 300_000)
         write_gwa_csv(
-            folder, vm, usage, cores=item.cores, start_s=item.submission_ms // 1000,
+            folder,
+            vm,
+            usage,
+            cores=item.cores,
+            start_s=item.submission_ms // 1000,
             memory_kb=item.memory_mb * 1000,
         )
     return folder

@@ -59,7 +59,11 @@ def test_the_driver_builds_against_the_shared_repository_alone(tmp_path):
     assert jar.is_file() and jar.parent.name == library.driver_hash()[:16]
     origins = sorted((local / "org" / "opendc").rglob("_remote.repositories"))
     modules = {path.parent.parent.name for path in origins}
-    assert {"opendc-compute-simulator", "opendc-simulator-core", "opendc-compute-service"} <= modules
+    assert {
+        "opendc-compute-simulator",
+        "opendc-simulator-core",
+        "opendc-compute-service",
+    } <= modules
     for path in origins:
         assert "opendc-extra" in path.read_text(), path
     assert not list((tmp_path / "cache").rglob(".build-*"))  # the build folder is gone
@@ -70,7 +74,9 @@ def test_without_the_extra_repository_the_build_says_what_is_missing(tmp_path, j
     repository count only where that repository is declared."""
     monkeypatch.delenv(library.MAVEN_REPO_ENV, raising=False)
     toolchain, _ = jvm
-    with pytest.raises(SimulatorError, match=r"found no org\.opendc:\*:2\.0.*WHATIF_OPENDC_MAVEN_REPO"):
+    with pytest.raises(
+        SimulatorError, match=r"found no org\.opendc:\*:2\.0.*WHATIF_OPENDC_MAVEN_REPO"
+    ):
         library.build_driver(toolchain, None, cache=tmp_path / "cache", say=lambda _: None)
     assert not library.built_jar(tmp_path / "cache").exists()
 
@@ -102,11 +108,15 @@ def test_physical_identities_hold_on_the_output(two_days):
             np.testing.assert_allclose(s[f"{field}_{host}"], total, rtol=1e-12, atol=1e-9)
         # OpenDC's linear power model: idle + (max - idle) * utilisation
         np.testing.assert_allclose(
-            s[f"power_draw_{host}"], IDLE_W + (MAX_W - IDLE_W) * s[f"cpu_utilization_{host}"],
-            rtol=0, atol=1e-9,
+            s[f"power_draw_{host}"],
+            IDLE_W + (MAX_W - IDLE_W) * s[f"cpu_utilization_{host}"],
+            rtol=0,
+            atol=1e-9,
         )
         np.testing.assert_allclose(
-            s[f"cpu_utilization_{host}"] * 16 * 3000.0, s[f"cpu_usage_{host}"], rtol=1e-12,
+            s[f"cpu_utilization_{host}"] * 16 * 3000.0,
+            s[f"cpu_usage_{host}"],
+            rtol=1e-12,
             atol=1e-9,
         )
         np.testing.assert_allclose(
@@ -119,7 +129,9 @@ def test_physical_identities_hold_on_the_output(two_days):
         np.testing.assert_allclose(
             s[f"cpu_time_active_{vm}"] + s[f"cpu_time_idle_{vm}"], WINDOW_MS, rtol=1e-15
         )
-        np.testing.assert_allclose(s[f"cpu_time_active_{vm}"], s[f"cpu_usage_{vm}"] / 3000 * WINDOW_MS)
+        np.testing.assert_allclose(
+            s[f"cpu_time_active_{vm}"], s[f"cpu_usage_{vm}"] / 3000 * WINDOW_MS
+        )
     assert s["cpu_usage_host-0"].max() > 0 and s["power_draw_host-1"].min() > IDLE_W
 
 
@@ -132,7 +144,11 @@ def _hosts(**host_0):
 
 @pytest.mark.parametrize(
     ("change", "capacity_factor"),
-    [({"core_speed_mhz": 1500.0}, 0.5), ({"core_count": 8}, 0.5), ({"core_speed_mhz": 6000.0}, 2.0)],
+    [
+        ({"core_speed_mhz": 1500.0}, 0.5),
+        ({"core_count": 8}, 0.5),
+        ({"core_speed_mhz": 6000.0}, 2.0),
+    ],
 )
 def test_core_speed_and_count_change_utilisation_and_power_as_opendcs_model_says(
     jvm, two_days, change, capacity_factor
@@ -142,13 +158,18 @@ def test_core_speed_and_count_change_utilisation_and_power_as_opendcs_model_says
     host's core speed, so its active time scales with 1 / core speed."""
     run = opendc.run(days=2, trace=str(TRACE_2_0), hosts=_hosts(**change), backend="library")
     base, new = two_days.series, run.series
-    np.testing.assert_allclose(new["cpu_usage_host-0"], base["cpu_usage_host-0"], rtol=1e-12, atol=1e-9)
     np.testing.assert_allclose(
-        new["cpu_utilization_host-0"], base["cpu_utilization_host-0"] / capacity_factor,
-        rtol=1e-9, atol=1e-15,
+        new["cpu_usage_host-0"], base["cpu_usage_host-0"], rtol=1e-12, atol=1e-9
     )
     np.testing.assert_allclose(
-        new["power_draw_host-0"], IDLE_W + (MAX_W - IDLE_W) * new["cpu_utilization_host-0"],
+        new["cpu_utilization_host-0"],
+        base["cpu_utilization_host-0"] / capacity_factor,
+        rtol=1e-9,
+        atol=1e-15,
+    )
+    np.testing.assert_allclose(
+        new["power_draw_host-0"],
+        IDLE_W + (MAX_W - IDLE_W) * new["cpu_utilization_host-0"],
         atol=1e-9,
     )
     assert new["power_draw_host-0"].max() != base["power_draw_host-0"].max()
@@ -163,11 +184,15 @@ def test_core_speed_and_count_change_utilisation_and_power_as_opendcs_model_says
 
 def test_a_core_slower_than_the_demand_caps_the_vm(jvm, two_days):
     """At 10 MHz per core a 1-vCPU VM cannot get more than 10 MHz: usage = min(demand, 10)."""
-    run = opendc.run(days=2, trace=str(TRACE_2_0), hosts=_hosts(core_speed_mhz=10.0), backend="library")
+    run = opendc.run(
+        days=2, trace=str(TRACE_2_0), hosts=_hosts(core_speed_mhz=10.0), backend="library"
+    )
     s = run.series
     np.testing.assert_array_equal(s["cpu_demand_1019"], two_days.series["cpu_demand_1019"])
     assert (s["cpu_demand_1019"] > 10).any()
-    np.testing.assert_allclose(s["cpu_usage_1019"], np.minimum(s["cpu_demand_1019"], 10.0), atol=1e-9)
+    np.testing.assert_allclose(
+        s["cpu_usage_1019"], np.minimum(s["cpu_demand_1019"], 10.0), atol=1e-9
+    )
     np.testing.assert_allclose(s["cpu_time_idle_1019"].min(), 0.0, atol=1e-6)
 
 
@@ -188,8 +213,17 @@ def test_the_gwa_csv_layout_gives_the_same_series(jvm, two_days, tmp_path):
 def test_simulate_writes_a_checked_store(jvm, tmp_path):
     out = tmp_path / "opendc.h5"
     result = run_whatif(
-        "simulate", "--simulator", "opendc", "--trace", str(TRACE_2_0), "--days", "1",
-        "--maven-repo", str(MAVEN_REPO), "--out", str(out),
+        "simulate",
+        "--simulator",
+        "opendc",
+        "--trace",
+        str(TRACE_2_0),
+        "--days",
+        "1",
+        "--maven-repo",
+        str(MAVEN_REPO),
+        "--out",
+        str(out),
     )
     assert result.returncode == 0, result.stderr
     stored = read_baselines(out)["opendc"]
@@ -218,10 +252,16 @@ def _stub_java(tmp_path, body: str):
 
 
 JVM_FAULTS = [
-    ("crash", "print('#  SIGSEGV (0xb) at pc=0x0', file=sys.stderr); sys.exit(134)\n",
-     r"the OpenDC driver failed \(exit 134\)"),
-    ("garbage", "print('\\x00\\x17 garbage'); sys.exit(0)\n",
-     r"did not finish as expected: it printed"),
+    (
+        "crash",
+        "print('#  SIGSEGV (0xb) at pc=0x0', file=sys.stderr); sys.exit(134)\n",
+        r"the OpenDC driver failed \(exit 134\)",
+    ),
+    (
+        "garbage",
+        "print('\\x00\\x17 garbage'); sys.exit(0)\n",
+        r"did not finish as expected: it printed",
+    ),
     ("no output files", "print('done'); sys.exit(0)\n", r"finished but wrote no hosts.csv"),
     (
         "malformed output",
@@ -246,8 +286,15 @@ def test_a_failing_or_garbled_jvm_is_one_error_line_and_no_file(
     monkeypatch.setenv(library.CACHE_ENV, str(jar.parent.parent))  # the jar is "built"
     out = tmp_path / "o.h5"
     result = run_whatif(
-        "simulate", "--simulator", "opendc", "--trace", str(TRACE_2_0), "--days", "1",
-        "--out", str(out),
+        "simulate",
+        "--simulator",
+        "opendc",
+        "--trace",
+        str(TRACE_2_0),
+        "--days",
+        "1",
+        "--out",
+        str(out),
     )
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode != 0 and len(errors) == 1, result.stderr
@@ -274,14 +321,18 @@ def test_an_old_java_is_refused(tmp_path, monkeypatch):
         script.write_text(f"#!/bin/sh\necho '{text}' >&2\n")
         script.chmod(0o755)
     monkeypatch.setenv("PATH", str(folder))
-    with pytest.raises(SimulatorUnavailable, match=r"Java 1\.7\.0_80; the OpenDC 2\.0 driver needs Java 8"):
+    with pytest.raises(
+        SimulatorUnavailable, match=r"Java 1\.7\.0_80; the OpenDC 2\.0 driver needs Java 8"
+    ):
         library.find_toolchain()
 
 
 def test_no_jdk_no_maven_names_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv(library.CACHE_ENV, str(tmp_path / "empty-cache"))
-    with pytest.raises(SimulatorUnavailable, match=r"no java or mvn on PATH.*openjdk-17-jdk-headless"):
+    with pytest.raises(
+        SimulatorUnavailable, match=r"no java or mvn on PATH.*openjdk-17-jdk-headless"
+    ):
         library.find_toolchain()
 
 

@@ -152,8 +152,13 @@ def test_backend_choices_that_cannot_work_are_refused(backend, image, message):
 def test_cli_without_any_backend_exits_non_zero_and_says_how(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     result = run_whatif(
-        "simulate", "--simulator", "opendc", "--trace", str(need_trace()),
-        "--out", str(tmp_path / "o.h5"),
+        "simulate",
+        "--simulator",
+        "opendc",
+        "--trace",
+        str(need_trace()),
+        "--out",
+        str(tmp_path / "o.h5"),
     )
     assert result.returncode != 0 and not (tmp_path / "o.h5").exists()
     assert "no OpenDC backend can run here" in result.stderr and "Traceback" not in result.stderr
@@ -161,7 +166,9 @@ def test_cli_without_any_backend_exits_non_zero_and_says_how(tmp_path, monkeypat
 
 def test_without_a_trace_the_run_says_where_to_get_one(monkeypatch):
     monkeypatch.delenv(opendc.TRACE_ENV, raising=False)
-    with pytest.raises(SimulatorUnavailable, match=r"--trace DIR or set WHATIF_OPENDC_TRACE.*v2\.0"):
+    with pytest.raises(
+        SimulatorUnavailable, match=r"--trace DIR or set WHATIF_OPENDC_TRACE.*v2\.0"
+    ):
         opendc.trace_folder(None)
 
 

@@ -91,15 +91,16 @@ def test_a_simulator_whose_worlds_cannot_run_is_a_clear_error(cache, monkeypatch
 
 
 def test_a_default_stream_leaves_out_worlds_that_cannot_run(cache, monkeypatch, capsys):
-    from whatif_bench.stream.sources import training_sources
     from whatif_bench.simulators import worlds
+    from whatif_bench.stream.sources import training_sources
 
     monkeypatch.delenv("WHATIF_OPENDC_TRACE", raising=False)
     monkeypatch.setattr(
         worlds, "TRAINING_WORLDS", {**worlds.TRAINING_WORLDS, "gridlabd": (), "sumo": ()}
     )
     monkeypatch.setattr(
-        worlds, "training_worlds",
+        worlds,
+        "training_worlds",
         lambda sims=None: [w for ws in worlds.TRAINING_WORLDS.values() for w in ws],
     )
     found = training_sources(None, cache)

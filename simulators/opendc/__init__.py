@@ -50,7 +50,13 @@ from whatif_bench.simulators.opendc.rack import (
     check_vms,
     covariate_base_values,
 )
-from whatif_bench.simulators.opendc.traces import WHERE_TO_GET, Trace, TraceError, read_trace
+from whatif_bench.simulators.opendc.traces import (
+    WHERE_TO_GET,
+    Trace,
+    TraceError,
+    TraceVM,
+    read_trace,
+)
 
 DEFAULT_DAYS = 30
 TRACE_ENV = "WHATIF_OPENDC_TRACE"
@@ -214,7 +220,7 @@ def run(
 def _run_library(
     folder: Path,
     hosts: tuple[HostSetting, ...],
-    vms: list,
+    vms: list[TraceVM],
     slots: dict[str, str],
     windows: int,
     maven_repo: str | os.PathLike | None,
@@ -235,14 +241,11 @@ def _run_library(
     with tqdm(
         total=windows, desc="OpenDC 2.0", unit="window", file=sys.stderr, leave=False, disable=None
     ) as bar:
-        library.run_driver(
-            toolchain,
-            jar,
-            inputs_dir,
-            outputs_dir,
-            windows,
-            on_progress=lambda done: bar.update(done - bar.n),
-        )
+
+        def advance(done: int) -> None:
+            bar.update(done - bar.n)
+
+        library.run_driver(toolchain, jar, inputs_dir, outputs_dir, windows, on_progress=advance)
     output = library.read_output(
         outputs_dir, [h.name for h in hosts], [vm.vm_id for vm in vms], windows
     )

@@ -77,7 +77,11 @@ def find_toolchain(need_maven: bool | None = None) -> Toolchain:
         )
     version = match.group(1)
     parts = version.split(".")
-    major = int(parts[1]) if parts[0] == "1" and len(parts) > 1 else int(re.sub(r"\D.*", "", parts[0]) or 0)
+    major = (
+        int(parts[1])
+        if parts[0] == "1" and len(parts) > 1
+        else int(re.sub(r"\D.*", "", parts[0]) or 0)
+    )
     if major < MIN_JAVA:
         raise SimulatorUnavailable(
             f"{java} is Java {version}; the OpenDC 2.0 driver needs Java {MIN_JAVA} or newer"

@@ -54,7 +54,15 @@ def find_command(image: str | None = None) -> list[str]:
 def topology(hosts: tuple[HostSetting, ...]) -> dict:
     """The topology in the newer OpenDC's JSON layout: one cluster of identical hosts, which
     OpenDC names host-0, host-1, ..."""
-    if len({(h.core_count, h.core_speed_mhz, h.memory_gib, h.idle_power_w, h.max_power_w) for h in hosts}) != 1:
+    if (
+        len(
+            {
+                (h.core_count, h.core_speed_mhz, h.memory_gib, h.idle_power_w, h.max_power_w)
+                for h in hosts
+            }
+        )
+        != 1
+    ):
         raise SimulatorError("the newer OpenDC's topology here holds identical hosts only")
     host = hosts[0]
     return {
@@ -102,7 +110,8 @@ def write_workload(
     import pyarrow.parquet as pq
 
     folder.mkdir(parents=True, exist_ok=True)
-    tasks, fragments = [], []
+    tasks: list[dict[str, object]] = []
+    fragments: list[dict[str, object]] = []
     for vm in vms:
         durations, usage = vm.cut(length_ms)
         tasks.append(

@@ -108,9 +108,7 @@ def detect_layout(folder: Path) -> str:
             return layout
     if any(folder.glob("*.csv")):
         return CSV_LAYOUT
-    inside = sorted(
-        sub.name for sub in folder.iterdir() if sub.is_dir() and _holds_a_trace(sub)
-    )
+    inside = sorted(sub.name for sub in folder.iterdir() if sub.is_dir() and _holds_a_trace(sub))
     hint = f" (its subfolder(s) {inside} do: name one of them)" if inside else ""
     raise TraceError(
         f"{folder}: holds no trace: expected meta.parquet + trace.parquet (OpenDC 2.0), "
@@ -199,9 +197,7 @@ def _read_opendc_2(folder: Path, wanted: list[str]) -> tuple[dict[str, TraceVM],
     return vms, ["meta.parquet", "trace.parquet"]
 
 
-def _read_opendc_current(
-    folder: Path, wanted: list[str]
-) -> tuple[dict[str, TraceVM], list[str]]:
+def _read_opendc_current(folder: Path, wanted: list[str]) -> tuple[dict[str, TraceVM], list[str]]:
     tasks_path, fragments_path = folder / "tasks.parquet", folder / "fragments.parquet"
     tasks = _read_parquet(
         tasks_path, ["id", "submission_time", "cpu_count", "cpu_capacity", "mem_capacity"]

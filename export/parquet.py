@@ -66,8 +66,10 @@ SOURCES = {
         "GridLAB-D: Battelle Open Source License (BSD-style); pvlib: BSD-3-Clause; TMY3: NREL",
     ),
     "opendc": (
-        "OpenDC (not shipped: no OpenDC run was possible here)",
-        "OpenDC: MIT",
+        "OpenDC 2.0 libraries (`org.opendc:*:2.0`) on a rack of four hosts running Bitbrains "
+        "VMs 1019, 1023, 1026 (and 1129) of the trace OpenDC ships; 8,616 windows of 300 s",
+        "OpenDC: MIT; the Bitbrains trace (GWA-T-12, Grid Workloads Archive) as shipped in "
+        "OpenDC's repository",
     ),
 }
 

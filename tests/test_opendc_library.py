@@ -47,6 +47,7 @@ def _trace_samples(vm: str, n: int) -> np.ndarray:
     return np.repeat(item.usage_mhz, item.durations_ms // WINDOW_MS)[:n]
 
 
+@pytest.mark.slow  # Maven fetches its plugins and the Kotlin compiler into an empty repository
 def test_the_driver_builds_against_the_shared_repository_alone(tmp_path):
     """An empty Maven local repository: every org.opendc artifact must come from the shared
     repository (Maven records where each came from), the rest from Maven Central."""

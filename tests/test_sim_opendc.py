@@ -21,7 +21,7 @@ from tests.conftest import run_whatif
 from tests.opendc_support import need_trace
 from whatif_bench.simulators import opendc
 from whatif_bench.simulators.base import SimulatorError, SimulatorUnavailable
-from whatif_bench.simulators.opendc import newer
+from whatif_bench.simulators.opendc import library, newer
 from whatif_bench.simulators.opendc.traces import read_trace
 
 SLOTS = {"1019": "1019", "1023": "1023", "1026": "1026"}
@@ -129,6 +129,7 @@ def test_parser_reports_missing_columns_and_samples(tmp_path):
 def test_no_backend_names_what_each_one_needs(monkeypatch, tmp_path):
     monkeypatch.delenv("OPENDC_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv(library.CACHE_ENV, str(tmp_path / "no-driver-built"))
     with pytest.raises(SimulatorUnavailable) as caught:
         opendc.choose_backend("auto")
     message = str(caught.value)

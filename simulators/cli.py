@@ -101,8 +101,8 @@ def _simulate(args: argparse.Namespace) -> int:
     from whatif_bench.simulators.store import check_store_path, write_baselines
 
     # Refuse an unusable output before the (slow) simulations: an existing folder, a path
-    # under a file, or one of the inputs (the OpenDC trace folder).
-    inputs = [args.trace] if args.trace else []
+    # under a file, or one of the inputs (the OpenDC trace folder and every file in it).
+    inputs = _trace_inputs(args.trace) if args.simulator in ("opendc", "all") else []
     check_output_path(args.out, inputs)
     check_store_path(args.out)
     names = list(SIMULATORS) if args.simulator == "all" else [args.simulator]
@@ -162,6 +162,20 @@ def _simulate(args: argparse.Namespace) -> int:
         + (f"; skipped {', '.join(skipped)}" if skipped else "")
     )
     return 0
+
+
+def _trace_inputs(trace: str | None) -> list[str]:
+    """The OpenDC trace folder (``--trace``, else ``$WHATIF_OPENDC_TRACE``) and its files:
+    paths an output must not replace."""
+    folder = trace or os.environ.get("WHATIF_OPENDC_TRACE")  # opendc.TRACE_ENV (numpy-free here)
+    if not folder:
+        return []
+    path = Path(folder)
+    try:
+        files = [str(p) for p in path.iterdir()] if path.is_dir() else []
+    except OSError:
+        files = []
+    return [folder, *files]
 
 
 def _run_in_container(engine, name: str, options: dict, all_: bool):

@@ -102,6 +102,7 @@ def _check(args: argparse.Namespace) -> int:
     from whatif_bench.simulators.containers import check_image, find_engine
 
     engine = find_engine(args.engine)
+    # opendc.TRACE_ENV, named here so the command line does not import the wrapper (numpy)
     trace = args.trace or os.environ.get("WHATIF_OPENDC_TRACE") or None
     for image in _images(args):
         for simulator in CHECKED[image]:

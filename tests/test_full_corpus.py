@@ -14,13 +14,12 @@ def test_default_corpus_is_generated_and_verifies(tmp_path):
     result = run_whatif("generate", "--out", str(out))
     assert result.returncode == 0, result.stderr
     with Corpus(out) as corpus:
-        assert (
-            len(corpus.pairs) == 77 * 200
-        )  # every target with shipped baselines, 200 histories each
-        assert corpus.attrs["n_tasks_generated"] == 30_800
+        # every target of the four simulators, 200 histories each
+        assert len(corpus.pairs) == 99 * 200
+        assert corpus.attrs["n_tasks_generated"] == 39_600
         kept = corpus.attrs["n_tasks_kept"]
-        assert len(corpus) == kept and 0 < kept <= 30_800
-        assert set(corpus.pairs["simulator"]) == {"epanet", "gridlabd", "sumo"}
+        assert len(corpus) == kept and 0 < kept <= 39_600
+        assert set(corpus.pairs["simulator"]) == {"epanet", "gridlabd", "opendc", "sumo"}
     verified = run_whatif("verify", str(out))
     assert verified.returncode == 0, verified.stdout[-2000:]
     assert "every pair rebuilt bit for bit" in verified.stdout

@@ -129,11 +129,16 @@ def trace_folder(trace: str | os.PathLike | None) -> Path:
     return Path(value).expanduser()
 
 
+def requested_windows(days: float) -> int:
+    """Whole 300 s windows in ``days``."""
+    return int(round(days * 86400 / INTERVAL_S))
+
+
 def plan_windows(days: float, loaded: Trace, vms: tuple[str, ...]) -> int:
     """How many 300 s windows the run has: ``days`` of them, or fewer where a target VM's
     trace ends sooner (OpenDC replays a trace's fragments back to back; past their end a VM
     has terminated)."""
-    requested = int(round(days * 86400 / INTERVAL_S))
+    requested = requested_windows(days)
     if requested < 2:
         raise SimulatorError(f"OpenDC: {days} days gives fewer than 2 windows of {INTERVAL_S} s")
     starts = {loaded.vms[vm].submission_ms for vm in vms}
@@ -174,7 +179,7 @@ def run(
     slots = dict(zip(PAPER_VMS, chosen, strict=False))
     vm_list = [loaded.vms[vm] for vm in chosen]
     start = datetime.fromtimestamp(vm_list[0].submission_ms / 1000, tz=UTC).isoformat()
-    requested = int(round(days * 86400 / INTERVAL_S))
+    requested = requested_windows(days)
     cut = (
         f" The run has {windows} windows, not {requested}: VM "
         f"{min(chosen[:3], key=lambda v: loaded.vms[v].replayed_ms)}'s trace ends there."
@@ -200,7 +205,11 @@ def run(
         "backend": kind,
         "trace": {"layout": loaded.layout, "files_sha256": loaded.files},
         "vms": {slot: vm for slot, vm in zip(VM_SLOTS, chosen, strict=True)},
-        "placement": dict(zip(chosen, SLOT_HOSTS, strict=True)),
+        "placement": (
+            dict(zip(chosen, SLOT_HOSTS, strict=True))
+            if kind == "library"
+            else "the newer OpenDC's Mem allocation policy (not enforced)"
+        ),
         "windows": windows,
         "window_s": INTERVAL_S,
     }
@@ -246,9 +255,10 @@ def _run_library(
             bar.update(done - bar.n)
 
         library.run_driver(toolchain, jar, inputs_dir, outputs_dir, windows, on_progress=advance)
-    output = library.read_output(
-        outputs_dir, [h.name for h in hosts], [vm.vm_id for vm in vms], windows
-    )
+        bar.set_description("OpenDC 2.0: reading its output")
+        output = library.read_output(
+            outputs_dir, [h.name for h in hosts], [vm.vm_id for vm in vms], windows
+        )
     for vm, host in zip(vms, SLOT_HOSTS, strict=True):
         if output.run.get(f"placement.{vm.vm_id}") != host:
             raise SimulatorError(f"OpenDC placed VM {vm.vm_id} elsewhere than on {host}")
@@ -270,8 +280,10 @@ def _run_library(
         series[f"cpu_time_idle_{slot}"] = WINDOW_MS - active
     units = {name: UNITS[name.rsplit("_", 1)[0]] for name in series}
     versions = library.declared_versions()
+    source = library.build_repository(jar)
     version = (
-        f"OpenDC {versions['opendc']} libraries (org.opendc:*:{versions['opendc']}) via the "
+        f"OpenDC {versions['opendc']} libraries (org.opendc:*:{versions['opendc']} from "
+        f"{'Maven Central and ' + source if source else 'Maven Central'}) via the "
         f"whatif-opendc driver {library.driver_hash()[:12]} (Kotlin {versions['kotlin']}, "
         f"kotlinx-coroutines {versions['coroutines']}, OpenTelemetry metrics "
         f"{versions['otel.metrics']}), Java {toolchain.java_version}"

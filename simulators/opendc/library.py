@@ -15,6 +15,7 @@ runs OpenDC's compute service under its own simulated clock and writes window me
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -23,7 +24,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,8 @@ from whatif_bench.simulators.opendc.rack import WINDOW_MS, HostSetting
 
 DRIVER_DIR = Path(__file__).parent / "driver"
 JAR_NAME = "whatif-opendc-driver.jar"
+BUILD_RECORD = "build.properties"  # beside the jar: which extra Maven repository it came from
+DRIVER_VERSION = "1"  # the driver's output layout (run.properties driver_version)
 CACHE_ENV = "WHATIF_OPENDC_CACHE"
 DEFAULT_CACHE = Path("~/.cache/whatif-bench/opendc-driver")
 MAVEN_REPO_ENV = "WHATIF_OPENDC_MAVEN_REPO"
@@ -129,9 +133,9 @@ def maven_repository(maven_repo: str | os.PathLike | None) -> str | None:
     folder = Path(text).expanduser().resolve()
     source = "--maven-repo" if maven_repo is not None else f"${MAVEN_REPO_ENV}"
     if not folder.is_dir():
-        raise SimulatorUnavailable(f"{source} {text}: no such folder")
+        raise SimulatorError(f"{source} {text}: no such folder")
     if not (folder / "org").is_dir():
-        raise SimulatorUnavailable(
+        raise SimulatorError(
             f"{source} {text}: not a Maven repository (no org/ folder; expected org/opendc/...)"
         )
     return folder.as_uri()
@@ -155,9 +159,9 @@ def build_driver(
 ) -> Path:
     """The driver's jar, built with Maven first if the cache lacks it.
 
-    ``local_repository`` is Maven's local repository (default: Maven's own, ``~/.m2``). The
-    build runs in a temporary folder beside the cache entry; the jar appears in the cache
-    only when complete.
+    ``local_repository`` is Maven's local repository (default: Maven's own, ``~/.m2``). One
+    process builds at a time (a lock beside the cache entry; others wait, then use its jar). The
+    build runs in a temporary folder there; the jar appears in the cache only when complete.
     """
     folder = Path(cache) if cache is not None else cache_folder()
     jar = built_jar(folder.expanduser())
@@ -166,15 +170,52 @@ def build_driver(
     repository = maven_repository(maven_repo)
     if toolchain.mvn is None:
         raise SimulatorUnavailable(f"no mvn on PATH to build the OpenDC driver: {HOW_TO_GET_JVM}")
+    with _build_lock(jar):
+        if jar.is_file():  # another process built it while this one waited
+            return jar
+        _build(toolchain, jar, repository, local_repository, say)
+    return jar
+
+
+@contextlib.contextmanager
+def _build_lock(jar: Path) -> Iterator[None]:
+    """Hold the build lock of ``jar``'s cache entry, waiting while another process holds it."""
+    from whatif_bench.outputs import OutputError, OutputLockedError, output_lock
+
+    with contextlib.ExitStack() as stack:
+        while True:
+            try:
+                stack.enter_context(output_lock(jar.parent / "build"))
+                break
+            except OutputLockedError:
+                time.sleep(0.5)
+            except OutputError as exc:
+                raise SimulatorError(f"cannot lock the OpenDC driver cache: {exc}") from None
+        yield
+
+
+def _build(
+    toolchain: Toolchain,
+    jar: Path,
+    repository: str | None,
+    local_repository: str | os.PathLike | None,
+    say: Callable[[str], None],
+) -> None:
+    """Run Maven on a copy of the driver's sources; move the jar into place when it exists."""
+    assert toolchain.mvn is not None
     try:
-        jar.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".build-", dir=jar.parent))
     except OSError as exc:
         raise SimulatorError(f"cannot create the OpenDC driver cache {jar.parent}: {exc}") from None
     try:
-        for name, data in driver_files().items():
-            (work / name).parent.mkdir(parents=True, exist_ok=True)
-            (work / name).write_bytes(data)
+        try:
+            for name, data in driver_files().items():
+                (work / name).parent.mkdir(parents=True, exist_ok=True)
+                (work / name).write_bytes(data)
+        except OSError as exc:
+            raise SimulatorError(
+                f"cannot write the OpenDC driver's sources to {work}: {exc}"
+            ) from None
         command = [toolchain.mvn, "-B", "-q", "-ntp", "package"]
         if repository:
             command.insert(-1, f"-Dopendc.extra.repo={repository}")
@@ -190,13 +231,36 @@ def build_driver(
             )
         except subprocess.TimeoutExpired:
             raise SimulatorError("the OpenDC driver's Maven build took over 30 min") from None
+        except OSError as exc:
+            raise SimulatorError(f"cannot run Maven ({toolchain.mvn}): {exc}") from None
         built = work / "target" / "whatif-opendc-driver-1.jar"
         if result.returncode != 0 or not built.is_file():
-            raise SimulatorError(_build_failure(result.stdout + result.stderr, repository))
-        os.replace(built, jar)
+            log = result.stdout + result.stderr
+            message = _build_failure(log, repository)
+            if UNRESOLVED.search(log):  # nothing this machine reaches serves OpenDC 2.0
+                raise SimulatorUnavailable(message)
+            raise SimulatorError(message)
+        try:
+            (work / BUILD_RECORD).write_text(f"extra_repository={repository or ''}\n")
+            os.replace(work / BUILD_RECORD, jar.parent / BUILD_RECORD)
+            os.replace(built, jar)
+        except OSError as exc:
+            raise SimulatorError(f"cannot put the OpenDC driver into {jar.parent}: {exc}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return jar
+
+
+def build_repository(jar: Path) -> str:
+    """The extra Maven repository ``jar`` was built with ("" for Maven Central alone; "?" when
+    not recorded)."""
+    try:
+        text = (jar.parent / BUILD_RECORD).read_text()
+    except OSError:
+        return "?"
+    return text.strip().partition("=")[2]
+
+
+UNRESOLVED = re.compile(r"org\.opendc:[\w-]+:(jar|pom):2\.0")
 
 
 def _build_failure(log: str, repository: str | None) -> str:
@@ -207,7 +271,7 @@ def _build_failure(log: str, repository: str | None) -> str:
         if line.startswith("[ERROR]") and line.removeprefix("[ERROR]").strip()
     ]
     first = errors[0] if errors else (log.strip().splitlines() or ["(no output)"])[-1]
-    if re.search(r"org\.opendc:[\w-]+:(jar|pom):2\.0", log):
+    if UNRESOLVED.search(log):
         where = f"in {repository} or " if repository else ""
         return (
             f"the OpenDC driver's Maven build found no org.opendc:*:2.0 {where}in Maven Central; "
@@ -282,6 +346,7 @@ def run_driver(
     except OSError as exc:
         raise SimulatorError(f"cannot start the OpenDC driver ({toolchain.java}): {exc}") from None
     messages: list[str] = []
+    timeout_s = 600 + windows * 0.05  # a 30-day run takes about 2 s
 
     def read_stderr() -> None:
         assert process.stderr is not None
@@ -294,10 +359,17 @@ def run_driver(
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
+    try:
+        code = process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise SimulatorError(f"the OpenDC driver ran over {timeout_s:.0f} s; stopped") from None
+    finally:
+        if process.poll() is None:  # timed out or interrupted: do not leave the JVM running
+            process.kill()
+            process.wait()
     assert process.stdout is not None
     stdout = process.stdout.read()
-    code = process.wait()
-    reader.join()
+    reader.join(timeout=10)
     errors = [m.removeprefix("error: ") for m in messages if m.startswith("error: ")]
     if code != 0:
         detail = errors[0] if errors else (messages[-1] if messages else "no message")
@@ -384,6 +456,16 @@ def read_output(folder: Path, hosts: list[str], vms: list[str], windows: int) ->
         if not sep:
             raise SimulatorError(f"the OpenDC driver wrote a malformed run.properties: {line!r}")
         run[key] = value
+    expected = {
+        "driver_version": DRIVER_VERSION,
+        "windows": str(windows),
+        "window_ms": str(WINDOW_MS),
+    }
+    for key, value in expected.items():
+        if run.get(key) != value:
+            raise SimulatorError(
+                f"the OpenDC driver's run.properties says {key}={run.get(key)!r}, expected {value}"
+            )
     capacity: dict[str, float] = {}
     for vm, table in vm_table.items():
         values = table.pop("capacity_mhz")

@@ -10,6 +10,8 @@ which a training world may fill with another trace VM).
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 from whatif_bench.simulators.base import SimulatorError
@@ -47,10 +49,17 @@ class HostSetting:
     max_power_w: float = 250.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.core_count, bool) or not isinstance(self.core_count, int):
+        if isinstance(self.core_count, bool) or not isinstance(self.core_count, numbers.Integral):
             raise SimulatorError(f"OpenDC host {self.name}: core count must be a whole number")
-        numbers = (self.core_speed_mhz, self.memory_gib, self.idle_power_w, self.max_power_w)
-        if not all(isinstance(v, int | float) and v == v and abs(v) < 1e12 for v in numbers):
+        object.__setattr__(self, "core_count", int(self.core_count))
+        values = (self.core_speed_mhz, self.memory_gib, self.idle_power_w, self.max_power_w)
+        if not all(
+            isinstance(v, numbers.Real)
+            and not isinstance(v, bool)
+            and math.isfinite(v)
+            and abs(v) < 1e12
+            for v in values
+        ):
             raise SimulatorError(f"OpenDC host {self.name}: settings must be finite numbers")
         if self.core_count < 1 or self.core_speed_mhz <= 0 or self.memory_mb < 1:
             raise SimulatorError(
@@ -71,6 +80,7 @@ class HostSetting:
 
     @property
     def capacity_mhz(self) -> float:
+        """The host's CPU capacity: cores x core speed (MHz)."""
         return self.core_count * self.core_speed_mhz
 
 

@@ -23,10 +23,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from whatif_bench.simulators.base import SimulatorError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SAMPLE_MS = 300_000  # one Bitbrains sample (and one baseline window) in ms
 LAYOUTS = {
@@ -73,7 +77,7 @@ class TraceVM:
         """The fragments replayed in the first ``length_ms`` ms: (durations, usage), the last
         fragment shortened to end there."""
         ends = np.cumsum(self.durations_ms)
-        keep = int(np.searchsorted(ends, length_ms, side="left")) + 1
+        keep = min(int(np.searchsorted(ends, length_ms, side="left")) + 1, ends.size)
         durations = self.durations_ms[:keep].copy()
         if keep and ends[keep - 1] > length_ms:
             durations[-1] -= ends[keep - 1] - length_ms
@@ -138,18 +142,29 @@ def read_trace(folder: str | os.PathLike, vm_ids: Sequence[str]) -> Trace:
     return Trace(layout, path, {name: file_sha256(path / name) for name in files}, vms)
 
 
-def _read_parquet(path: Path, columns: list[str], filters=None):
+def _read_parquet(
+    path: Path, columns: list[str], filters: list[tuple[str, str, object]] | None = None
+) -> pd.DataFrame:
+    """``columns`` of a Parquet file (rows matching ``filters``), with no empty cell."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path, columns=None, filters=filters)
+        names = pq.read_schema(path).names
     except (OSError, pa.ArrowException, ValueError) as exc:
         raise TraceError(f"{path}: not a readable Parquet file ({exc})") from None
-    missing = [c for c in columns if c not in table.column_names]
+    missing = [c for c in columns if c not in names]
     if missing:
-        raise TraceError(f"{path}: lacks column(s) {missing} (has {table.column_names})")
-    return table.select(columns).to_pandas()
+        raise TraceError(f"{path}: lacks column(s) {missing} (has {names})")
+    try:
+        table = pq.read_table(path, columns=columns, filters=filters)
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        raise TraceError(f"{path}: not a readable Parquet file ({exc})") from None
+    for name in columns:
+        nulls = table.column(name).null_count
+        if nulls:
+            raise TraceError(f"{path}: column {name!r} has {nulls} empty cell(s)")
+    return table.to_pandas()
 
 
 def _missing(folder: Path, wanted: list[str], found: Sequence[str]) -> None:
@@ -158,7 +173,7 @@ def _missing(folder: Path, wanted: list[str], found: Sequence[str]) -> None:
         raise TraceError(f"{folder}: the trace has no VM(s) {missing}")
 
 
-def _one(rows, what: str, path: Path, vm: str):
+def _one(rows: pd.DataFrame, what: str, path: Path, vm: str) -> pd.Series:
     if len(rows) != 1:
         raise TraceError(f"{path}: VM {vm} has {len(rows)} {what} rows (expected 1)")
     return rows.iloc[0]
@@ -175,7 +190,7 @@ def _read_opendc_2(folder: Path, wanted: list[str]) -> tuple[dict[str, TraceVM],
     vms = {}
     for vm, key in zip(wanted, ids, strict=True):
         row = _one(meta[meta["id"] == key], "meta", meta_path, vm)
-        rows = trace[trace["id"] == key].sort_values("time", kind="stable")
+        rows = trace[trace["id"] == key]  # replay order is file order, as OpenDC reads it
         if rows.empty:
             raise TraceError(f"{trace_path}: VM {vm} has no fragments")
         # a fragment of zero usage may name 0 cores (OpenDC idles through it either way)
@@ -255,6 +270,9 @@ def read_bitbrains_csv(path: str | os.PathLike) -> TraceVM:
         raise TraceError(f"{path}: not a GWA-T-12 Bitbrains file, missing column(s) {missing}")
     if frame.empty:
         raise TraceError(f"{path}: the trace has no samples")
+    if frame.isna().to_numpy().any():
+        row, _ = (int(i[0]) for i in np.nonzero(frame.isna().to_numpy()))
+        raise TraceError(f"{path}: row {row} has an empty or non-numeric cell")
     try:
         stamps = frame[columns["timestamp"]].to_numpy(dtype=np.int64)
         cores = frame[columns["cpu cores"]].to_numpy(dtype=np.int64)

@@ -15,9 +15,12 @@
  *   - hosts: SimHost with a SimFairShareHypervisor and LinearPowerModel(max, idle); the driver
  *     reads the bare-metal machine's per-core speeds (MHz), its usage (the fraction of its
  *     capacity in use) and its power draw (W).
- *   - VMs: SimTraceWorkload fragments, wrapped so the driver sees each vCPU's granted speed
- *     (SimSpeedConsumerAdapter, OpenDC's own adapter) and the limit of each command (the demand).
- *   - placement: OpenDC's ReplayScheduler; the driver checks that every VM ran where asked.
+ *   - VMs: SimTraceWorkload fragments, wrapped so the driver sees each vCPU's speed as OpenDC's
+ *     own SimSpeedConsumerAdapter reports it (min of the vCPU's capacity and its command's limit)
+ *     and the limit of each command (the demand). Where a host cannot give its VMs that much
+ *     (overcommitted), OpenDC 2.0 keeps each VM's fair share private: the run is refused.
+ *   - placement: OpenDC's ReplayScheduler; the driver checks that every VM ran where asked, that
+ *     none went into ERROR, and that each ended its trace when its fragments say.
  * Every value is piecewise constant between fragment boundaries, which all lie on a grid of g ms
  * from the common start t0 (g = gcd of the fragment durations and the window length). Reading the
  * state once in the middle of every grid cell and averaging per window gives the exact window
@@ -26,7 +29,12 @@
 package org.whatifbench.opendc
 
 import io.opentelemetry.api.metrics.MeterProvider
+import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.delay
+import kotlinx.coroutines.withTimeoutOrNull
+import org.opendc.compute.api.Server
+import org.opendc.compute.api.ServerState
+import org.opendc.compute.api.ServerWatcher
 import org.opendc.compute.service.ComputeService
 import org.opendc.compute.service.scheduler.ReplayScheduler
 import org.opendc.compute.simulator.SimHost
@@ -47,6 +55,7 @@ import org.opendc.simulator.resources.consumer.SimSpeedConsumerAdapter
 import java.io.File
 import java.util.Locale
 import java.util.UUID
+import kotlin.math.abs
 import kotlin.system.exitProcess
 
 const val DRIVER_VERSION = 1
@@ -65,9 +74,18 @@ data class HostSpec(
 data class VmSpec(val id: String, val cores: Int, val memoryMb: Long, val host: String)
 
 /** One trace VM: OpenDC's trace workload, with taps on each vCPU's granted speed and demand. */
-class TappedWorkload(val vm: String, fragments: List<SimTraceWorkload.Fragment>) : SimWorkload {
+class TappedWorkload(
+    val vm: String,
+    fragments: List<SimTraceWorkload.Fragment>,
+    private val onStarted: () -> Unit,
+) : SimWorkload {
     private val trace = SimTraceWorkload(fragments.asSequence())
+    /** When the trace's replay ends: its start plus the fragments' durations (ms). */
+    val replayMs = fragments.sumOf { it.duration }
     var startedAtMs = -1L
+        private set
+    /** When OpenDC asked the first vCPU for a command past the last fragment (-1: not yet). */
+    var exitedAtMs = -1L
         private set
     var hostName = ""
         private set
@@ -88,6 +106,7 @@ class TappedWorkload(val vm: String, fragments: List<SimTraceWorkload.Fragment>)
         speeds = DoubleArray(ctx.cpus.size)
         demands = DoubleArray(ctx.cpus.size)
         vcpuCapacityMhz = DoubleArray(ctx.cpus.size) { ctx.cpus[it].model.frequency }
+        onStarted()
     }
 
     override fun getConsumer(ctx: SimMachineContext, cpu: ProcessingUnit): SimResourceConsumer {
@@ -96,6 +115,7 @@ class TappedWorkload(val vm: String, fragments: List<SimTraceWorkload.Fragment>)
             override fun onNext(ctx: SimResourceContext): SimResourceCommand {
                 val command = inner.onNext(ctx)
                 demands[cpu.id] = if (command is SimResourceCommand.Consume) command.limit else 0.0
+                if (command is SimResourceCommand.Exit && exitedAtMs < 0) exitedAtMs = ctx.clock.millis()
                 return command
             }
         }
@@ -145,7 +165,8 @@ fun readHosts(file: File): List<HostSpec> =
                 idlePowerW = parse(file, i, "idle_power_w", c[4]) { it.toDoubleOrNull() },
                 maxPowerW = parse(file, i, "max_power_w", c[5]) { it.toDoubleOrNull() },
             )
-            if (spec.coreCount < 1 || !(spec.coreSpeedMhz > 0.0) || spec.memoryMb < 1 ||
+            val finite = listOf(spec.coreSpeedMhz, spec.idlePowerW, spec.maxPowerW).all { it.isFinite() }
+            if (!finite || spec.coreCount < 1 || !(spec.coreSpeedMhz > 0.0) || spec.memoryMb < 1 ||
                 !(spec.idlePowerW >= 0.0) || !(spec.maxPowerW >= spec.idlePowerW)
             ) {
                 throw DriverError("$file line ${i + 2}: host ${spec.name} has an impossible setting: $spec")
@@ -198,7 +219,15 @@ fun run(input: File, output: File, windows: Int, windowMs: Long) {
     for (list in fragments.values) for (f in list) grid = gcd(grid, f.duration)
     val samplesPerWindow = (windowMs / grid).toInt()
 
-    val workloads = vmSpecs.map { TappedWorkload(it.id, fragments.getValue(it.id)) }
+    val allStarted = CompletableDeferred<Unit>()
+    var started = 0
+    val workloads = vmSpecs.map { spec ->
+        TappedWorkload(spec.id, fragments.getValue(spec.id)) {
+            started += 1
+            if (started == vmSpecs.size) allStarted.complete(Unit)
+        }
+    }
+    val failures = mutableListOf<String>()
     val hostUsage = hostSpecs.map { WindowMeans(windows) }
     val hostDemand = hostSpecs.map { WindowMeans(windows) }
     val hostUtilisation = hostSpecs.map { WindowMeans(windows) }
@@ -226,18 +255,19 @@ fun run(input: File, output: File, windows: Int, windowMs: Long) {
         val client = service.newClient()
         try {
             val image = client.newImage("whatif-vm-image")
+            val watcher = object : ServerWatcher {
+                override fun onStateChanged(server: Server, newState: ServerState) {
+                    if (newState == ServerState.ERROR) failures.add(server.name)
+                }
+            }
             for ((spec, workload) in vmSpecs.zip(workloads)) {
                 val flavor = client.newFlavor(spec.id, spec.cores, spec.memoryMb)
-                client.newServer(spec.id, image, flavor, meta = mapOf("workload" to workload))
+                client.newServer(spec.id, image, flavor, meta = mapOf("workload" to workload)).watch(watcher)
             }
             // OpenDC schedules on its 300 000 ms quantum and boots a guest in 1 ms
-            var waited = 0
-            while (workloads.any { it.startedAtMs < 0 }) {
-                if (waited++ > 10) {
-                    val stuck = workloads.filter { it.startedAtMs < 0 }.joinToString(", ") { it.vm }
-                    throw DriverError("OpenDC did not start VM(s) $stuck: no host could take them")
-                }
-                delay(300_000L)
+            withTimeoutOrNull(10 * 300_000L) { allStarted.await() } ?: run {
+                val stuck = workloads.filter { it.startedAtMs < 0 }.joinToString(", ") { it.vm }
+                throw DriverError("OpenDC did not start VM(s) $stuck: no host could take them")
             }
             startMs = workloads.first().startedAtMs
             for ((spec, workload) in vmSpecs.zip(workloads)) {
@@ -253,12 +283,26 @@ fun run(input: File, output: File, windows: Int, windowMs: Long) {
             val total = windows.toLong() * samplesPerWindow
             for (sample in 0 until total) {
                 val at = startMs + sample * grid + grid / 2
+                check(at > clock.millis()) { "sample $sample at $at ms is not after ${clock.millis()} ms" }
                 delay(at - clock.millis())
+                if (failures.isNotEmpty()) throw DriverError("OpenDC reports VM(s) ${failures.joinToString(", ")} in ERROR")
                 val window = (sample / samplesPerWindow).toInt()
                 for ((h, host) in hosts.withIndex()) {
                     val utilisation = host.machine.usage.value
+                    val usage = host.machine.speed.sum()
+                    // A VM's granted speed is min(its vCPUs' capacity, its demand); OpenDC 2.0 keeps
+                    // the fair share an overcommitted host grants each VM private, so a host whose
+                    // VMs get less than that is refused rather than reported wrongly.
+                    val granted = vmIndices[h].sumOf { workloads[it].speeds.sum() }
+                    if (abs(granted - usage) > 1e-9 * maxOf(1.0, usage)) {
+                        throw DriverError(
+                            "host ${hostSpecs[h].name} is overcommitted at $at ms: its VMs are granted " +
+                                "$granted MHz in all but it runs $usage MHz (OpenDC 2.0 does not expose " +
+                                "each VM's fair share)",
+                        )
+                    }
                     hostUtilisation[h].add(window, utilisation)
-                    hostUsage[h].add(window, host.machine.speed.sum())
+                    hostUsage[h].add(window, usage)
                     hostPower[h].add(window, host.machine.powerDraw)
                     hostDemand[h].add(window, vmIndices[h].sumOf { workloads[it].demands.sum() })
                 }
@@ -272,9 +316,14 @@ fun run(input: File, output: File, windows: Int, windowMs: Long) {
             }
             // the wrapper cuts every VM's trace at the end of the last window
             delay(startMs + windows * windowMs + 1 - clock.millis())
-            val running = workloads.filter { w -> w.demands.any { it > 0.0 } || w.speeds.any { it > 0.0 } }
-            if (running.isNotEmpty()) {
-                throw DriverError("VM(s) ${running.joinToString(", ") { it.vm }} still run after the last window")
+            if (failures.isNotEmpty()) throw DriverError("OpenDC reports VM(s) ${failures.joinToString(", ")} in ERROR")
+            for (w in workloads) {
+                if (w.exitedAtMs != startMs + w.replayMs) {
+                    throw DriverError(
+                        "VM ${w.vm} ended its trace at ${w.exitedAtMs} ms, not at ${startMs + w.replayMs} ms " +
+                            "(its start plus its fragments)",
+                    )
+                }
             }
         } finally {
             client.close()
@@ -306,10 +355,13 @@ fun run(input: File, output: File, windows: Int, windowMs: Long) {
 fun main(args: Array<String>) {
     Locale.setDefault(Locale.ROOT)
     try {
-        val options = args.toList().chunked(2).associate { pair ->
-            if (pair.size != 2 || !pair[0].startsWith("--")) throw DriverError("usage: --input DIR --output DIR --windows N [--window-ms MS]")
-            pair[0] to pair[1]
+        val usage = "usage: --input DIR --output DIR --windows N [--window-ms MS]"
+        val known = setOf("--input", "--output", "--windows", "--window-ms")
+        val pairs = args.toList().chunked(2)
+        if (pairs.any { it.size != 2 || it[0] !in known } || pairs.map { it[0] }.toSet().size != pairs.size) {
+            throw DriverError(usage)
         }
+        val options = pairs.associate { it[0] to it[1] }
         val input = File(options["--input"] ?: throw DriverError("--input DIR is required"))
         val output = File(options["--output"] ?: throw DriverError("--output DIR is required"))
         val windows = options["--windows"]?.toIntOrNull()?.takeIf { it >= 1 }
@@ -322,7 +374,8 @@ fun main(args: Array<String>) {
         System.err.println("error: ${error.message}")
         exitProcess(2)
     } catch (error: Throwable) {
-        System.err.println("error: OpenDC failed: ${error.javaClass.name}: ${error.message}")
+        val message = (error.message ?: "no message").replace(Regex("\\s+"), " ").take(500)
+        System.err.println("error: the OpenDC run failed: ${error.javaClass.name}: $message")
         exitProcess(2)
     }
 }

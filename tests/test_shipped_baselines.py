@@ -15,11 +15,14 @@ def shipped():
     return read_baselines(shipped_baselines_path())
 
 
-def test_shipped_file_holds_the_three_runnable_simulators(shipped):
-    assert set(shipped) == {"epanet", "gridlabd", "sumo"}
+def test_shipped_file_holds_all_four_simulators(shipped):
+    assert set(shipped) == {"epanet", "gridlabd", "opendc", "sumo"}
     assert shipped["epanet"].n_steps == 9216 and shipped["epanet"].interval_s == 300
     assert shipped["gridlabd"].n_steps == 20160 and shipped["gridlabd"].interval_s == 60
     assert shipped["sumo"].n_steps == 8640 and shipped["sumo"].interval_s == 300
+    # 8,616 windows of 300 s: VM 1026's trace ends there (tests/test_opendc_library.py re-runs it)
+    assert shipped["opendc"].n_steps == 8616 and shipped["opendc"].interval_s == 300
+    assert shipped["opendc"].start == "2013-08-12T13:35:46+00:00"
 
 
 def test_every_registry_target_has_a_shipped_series(shipped, registry):

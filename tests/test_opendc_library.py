@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -107,7 +108,8 @@ def test_two_days_give_the_22_targets_with_units(two_days, registry):
     assert two_days.units["power_draw_host-0"] == "W"
     assert two_days.units["cpu_time_idle_1019"] == "ms"
     assert two_days.simulator_version.startswith(
-        f"OpenDC 2.0 libraries (org.opendc:*:2.0 from Maven Central and {MAVEN_REPO.as_uri()})"
+        "OpenDC 2.0 libraries (org.opendc:*:2.0 from Maven Central and "
+        f"{library.maven_repository(str(MAVEN_REPO))})"
     )
     assert library.driver_hash()[:12] in two_days.simulator_version
     spec = {c.name: c.base_value for c in registry.simulators["opendc"].covariates}
@@ -216,21 +218,17 @@ def test_the_gwa_csv_layout_gives_the_same_series(jvm, two_days, tmp_path):
     assert "bitbrains-csv" in run.inputs["setting.json"]
 
 
+def _simulate_one_day(out, *options):
+    """``whatif simulate`` of one OpenDC day on the shared trace, through the command line."""
+    return run_whatif(
+        "simulate", "--simulator", "opendc", "--trace", str(TRACE_2_0), "--days", "1",
+        "--out", str(out), *options,
+    )  # fmt: skip
+
+
 def test_simulate_writes_a_checked_store(jvm, tmp_path):
     out = tmp_path / "opendc.h5"
-    result = run_whatif(
-        "simulate",
-        "--simulator",
-        "opendc",
-        "--trace",
-        str(TRACE_2_0),
-        "--days",
-        "1",
-        "--maven-repo",
-        str(MAVEN_REPO),
-        "--out",
-        str(out),
-    )
+    result = _simulate_one_day(out, "--maven-repo", str(MAVEN_REPO))
     assert result.returncode == 0, result.stderr
     stored = read_baselines(out)["opendc"]
     assert stored.n_steps == 288 and len(stored.series) == 22
@@ -291,17 +289,7 @@ def test_a_failing_or_garbled_jvm_is_one_error_line_and_no_file(
     monkeypatch.setenv("PATH", f"{_stub_java(tmp_path, body)}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv(library.CACHE_ENV, str(jar.parent.parent))  # the jar is "built"
     out = tmp_path / "o.h5"
-    result = run_whatif(
-        "simulate",
-        "--simulator",
-        "opendc",
-        "--trace",
-        str(TRACE_2_0),
-        "--days",
-        "1",
-        "--out",
-        str(out),
-    )
+    result = _simulate_one_day(out)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode != 0 and len(errors) == 1, result.stderr
     assert re.search(message, errors[0]), errors[0]
@@ -500,21 +488,19 @@ def test_the_drivers_own_checks_end_in_one_error_line(jvm, tmp_path, case, table
 def test_the_drivers_own_inputs_run_cleanly(jvm, tmp_path):
     """The table above's base inputs are valid: two windows, both VMs on host-0."""
     toolchain, jar = jvm
-    inputs = _driver_inputs(tmp_path / "in")
-    out = tmp_path / "out"
-    command = [
-        toolchain.java,
-        "-jar",
-        str(jar),
-        "--input",
-        str(inputs),
-        "--output",
-        str(out),
-        "--windows",
-        "2",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and result.stdout.strip() == "done", result.stderr
+    inputs, out = _driver_inputs(tmp_path / "in"), tmp_path / "out"
+    library.run_driver(toolchain, jar, inputs, out, 2)  # exit 0 and "done", or an error
     output = library.read_output(out, ["host-0", "host-1"], ["a", "b"], 2)
     np.testing.assert_allclose(output.hosts["host-0"]["cpu_usage_mhz"], [50.0, 50.0])
     assert output.run["placement.a"] == output.run["placement.b"] == "host-0"
+
+
+def test_a_jvm_that_runs_too_long_is_stopped(tmp_path):
+    folder = _stub_java(tmp_path, "import time; time.sleep(60)\n")
+    toolchain = library.Toolchain(str(folder / "java"), None, "17.0.15")
+    started = time.monotonic()
+    with pytest.raises(SimulatorError, match=r"the OpenDC driver ran over 1 s; stopped"):
+        library.run_driver(
+            toolchain, tmp_path / "x.jar", tmp_path, tmp_path / "out", 2, timeout_s=1.0
+        )
+    assert time.monotonic() - started < 30

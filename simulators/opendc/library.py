@@ -321,10 +321,13 @@ def run_driver(
     outputs: Path,
     windows: int,
     on_progress: Callable[[int], None] = lambda done: None,
+    timeout_s: float | None = None,
 ) -> None:
     """Run the driver on ``inputs`` for ``windows`` windows, writing into ``outputs``.
 
-    ``on_progress(k)`` is called as the driver reports k windows simulated.
+    ``on_progress(k)`` is called as the driver reports k windows simulated. A JVM still running
+    after ``timeout_s`` (default: 600 s plus 0.05 s a window; a 30-day run takes about 2 s) is
+    killed.
     """
     command = [
         toolchain.java,
@@ -346,7 +349,8 @@ def run_driver(
     except OSError as exc:
         raise SimulatorError(f"cannot start the OpenDC driver ({toolchain.java}): {exc}") from None
     messages: list[str] = []
-    timeout_s = 600 + windows * 0.05  # a 30-day run takes about 2 s
+    if timeout_s is None:
+        timeout_s = 600 + windows * 0.05
 
     def read_stderr() -> None:
         assert process.stderr is not None

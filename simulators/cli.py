@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -167,8 +166,10 @@ def _simulate(args: argparse.Namespace) -> int:
 def _trace_inputs(trace: str | None) -> list[str]:
     """The OpenDC trace folder (``--trace``, else ``$WHATIF_OPENDC_TRACE``) and its files:
     paths an output must not replace."""
-    folder = trace or os.environ.get("WHATIF_OPENDC_TRACE")  # opendc.TRACE_ENV (numpy-free here)
-    if not folder:
+    from whatif_bench.simulators.opendc_settings import trace_setting
+
+    folder = trace_setting(trace)
+    if folder is None:
         return []
     path = Path(folder)
     try:
@@ -189,11 +190,9 @@ def _run_in_container(engine, name: str, options: dict, all_: bool):
             image_size(engine, engine.image_ref(image_name(name)))
         except WhatIfError as exc:
             raise SimulatorUnavailable(str(exc)) from None
-    trace = options.get("trace")
-    if name == "opendc" and trace is None:
-        from whatif_bench.simulators.opendc import TRACE_ENV
+    from whatif_bench.simulators.opendc_settings import trace_setting
 
-        trace = os.environ.get(TRACE_ENV) or None
+    trace = trace_setting(options.get("trace")) if name == "opendc" else None
     return run_in_image(engine, name, options["days"], trace)
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from whatif_bench._version import __version__
 from whatif_bench.errors import WhatIfError
+from whatif_bench.simulators.opendc_settings import MAVEN_REPO_ENV, is_maven_repository
 
 if TYPE_CHECKING:  # the store imports numpy and h5py; the command line reads this module
     from whatif_bench.simulators.base import Baselines
@@ -31,7 +32,6 @@ ENGINES = ("docker", "podman")
 IMAGES = ("epanet", "sumo", "gridlabd", "opendc", "toolkit")
 # pip settings a build passes on to the image's pip when the host sets them (PIP_CERT apart: a
 # host path, mounted into podman builds, see ``pip_build_options``)
-MAVEN_REPO_ENV = "WHATIF_OPENDC_MAVEN_REPO"  # as simulators/opendc/library.py reads it
 PIP_SETTINGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT")
 CA_IN_BUILD = "/run/host-ca.crt"
 ENGINE_TIMEOUT_S = 60.0
@@ -156,7 +156,7 @@ def build_image(
         folder = maven_repo if maven_repo is not None else os.environ.get(MAVEN_REPO_ENV)
         if folder:
             path = Path(folder).expanduser().resolve()
-            if not (path / "org").is_dir():
+            if not is_maven_repository(path):
                 raise ContainerError(
                     f"image {ref}: {folder} is not a local Maven repository (no org/ folder)"
                 )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -100,10 +99,10 @@ def _build(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from whatif_bench.simulators.containers import check_image, find_engine
+    from whatif_bench.simulators.opendc_settings import trace_setting
 
     engine = find_engine(args.engine)
-    # opendc.TRACE_ENV, named here so the command line does not import the wrapper (numpy)
-    trace = args.trace or os.environ.get("WHATIF_OPENDC_TRACE") or None
+    trace = trace_setting(args.trace)
     for image in _images(args):
         for simulator in CHECKED[image]:
             if simulator == "opendc" and trace is None:

@@ -57,9 +57,9 @@ from whatif_bench.simulators.opendc.traces import (
     TraceVM,
     read_trace,
 )
+from whatif_bench.simulators.opendc_settings import TRACE_ENV, trace_setting
 
 DEFAULT_DAYS = 30
-TRACE_ENV = "WHATIF_OPENDC_TRACE"
 BACKENDS = ("auto", "library", "cli", "container")
 SETTING_INPUT = "setting.json"
 
@@ -121,7 +121,7 @@ def choose_backend(backend: str = "auto", image: str | None = None) -> str:
 
 def trace_folder(trace: str | os.PathLike | None) -> Path:
     """``trace``, else ``$WHATIF_OPENDC_TRACE``; without either, ``SimulatorUnavailable``."""
-    value = trace if trace is not None else os.environ.get(TRACE_ENV) or None
+    value = trace_setting(trace)
     if value is None:
         raise SimulatorUnavailable(
             f"OpenDC needs a Bitbrains trace: pass --trace DIR or set {TRACE_ENV}. {WHERE_TO_GET}"

@@ -33,6 +33,7 @@ import numpy as np
 
 from whatif_bench.simulators.base import SimulatorError, SimulatorUnavailable
 from whatif_bench.simulators.opendc.rack import WINDOW_MS, HostSetting
+from whatif_bench.simulators.opendc_settings import MAVEN_REPO_ENV, is_maven_repository
 
 DRIVER_DIR = Path(__file__).parent / "driver"
 JAR_NAME = "whatif-opendc-driver.jar"
@@ -40,7 +41,6 @@ BUILD_RECORD = "build.properties"  # beside the jar: which extra Maven repositor
 DRIVER_VERSION = "1"  # the driver's output layout (run.properties driver_version)
 CACHE_ENV = "WHATIF_OPENDC_CACHE"
 DEFAULT_CACHE = Path("~/.cache/whatif-bench/opendc-driver")
-MAVEN_REPO_ENV = "WHATIF_OPENDC_MAVEN_REPO"
 MIN_JAVA = 8  # the driver's bytecode targets Java 8, as OpenDC 2.0's did
 HOW_TO_GET_JVM = (
     "the OpenDC 2.0 backend needs a JDK (java, version 8 or newer) and Maven (mvn) on PATH, "
@@ -134,7 +134,7 @@ def maven_repository(maven_repo: str | os.PathLike | None) -> str | None:
     source = "--maven-repo" if maven_repo is not None else f"${MAVEN_REPO_ENV}"
     if not folder.is_dir():
         raise SimulatorError(f"{source} {text}: no such folder")
-    if not (folder / "org").is_dir():
+    if not is_maven_repository(folder):
         raise SimulatorError(
             f"{source} {text}: not a Maven repository (no org/ folder; expected org/opendc/...)"
         )

@@ -13,11 +13,15 @@ consumer.
 
 Context/prediction lengths: C1-C3 are shared; C4 is per simulator, fits its baseline and is
 declared in its spec header (``c4``). The
-layout of a history of context length ``C``: an event-free prefix of at least 40 % of ``C``,
-events of length ``l`` each followed by at least 32 event-free steps, an event-free buffer of at
-least 2 % of ``C``. Events are spread evenly: the slack is shared out equally after each event.
-When the events of a setting do not fit, the context is extended to the smallest length that
-holds them (the paper extends C1 to 1,876 steps for two events of 512).
+layout of a history of context length ``C``: an event-free prefix of ``ceil(0.40 C)`` steps, then
+the events' part of ``floor(0.58 C)`` steps (the usable length), in which events of length ``l``
+each followed by at least 32 event-free steps sit, then the rest as the end buffer (2 % of ``C``,
+at most one step less). Events are spread evenly: the slack is shared out equally after each event.
+E_max counts the events that fit in the usable length with a gap *between* events
+(``(usable + 32) // (l + 32)``, at least 2, at most 64); the layout then wants a gap after every
+event, so when they do not fit the context is extended to the smallest length whose usable part
+holds ``E (l + 32)``. This is the one rule found that gives both of the paper's numbers: 1,876
+steps for two events of 512 at C1 and 7,504 for eight at OpenDC's C4 (docs/METHOD.md, section 5).
 """
 
 from __future__ import annotations
@@ -196,6 +200,8 @@ def chosen_futures(names) -> tuple[str, ...]:
 MIN_GAP = 32
 PREFIX_SHARE = 0.40
 BUFFER_SHARE = 0.02
+USABLE_PERCENT = 58  # 100 % - 40 % prefix - 2 % buffer, as a whole percentage
+NOVEL_REACH = 2  # a Novel future event lasts at most this many prediction windows (its peak inside)
 MAX_EVENTS = 64
 FEWEST_EVENTS = 1
 
@@ -208,24 +214,30 @@ def contexts(c4: tuple[int, int]) -> dict[str, tuple[int, int]]:
 
 
 def prefix_length(context: int) -> int:
+    """The event-free prefix: ``ceil(0.40 C)`` steps."""
     return math.ceil(PREFIX_SHARE * context)
 
 
-def buffer_length(context: int) -> int:
-    return math.ceil(BUFFER_SHARE * context)
-
-
 def usable_length(context: int) -> int:
-    """Steps between the event-free prefix and the end buffer."""
-    return context - prefix_length(context) - buffer_length(context)
+    """Steps for the events and their gaps: ``floor(0.58 C)`` (what the prefix and the 2 % end
+    buffer leave), in integer arithmetic so no rounding of 0.58 moves it."""
+    return (USABLE_PERCENT * context) // 100
+
+
+def buffer_length(context: int) -> int:
+    """The end buffer: the steps after the usable part, ``C - ceil(0.40 C) - floor(0.58 C)``
+    (2 % of ``C``, at most one step less)."""
+    return context - prefix_length(context) - usable_length(context)
 
 
 def most_events(context: int, event_length: int) -> int:
-    """The most events (each followed by 32 free steps) the context holds, at least 2, at most 64.
+    """E_max: the most events the usable part holds with a 32-step gap between events, at
+    least 2, at most 64.
 
-    At least 2 keeps the two E settings distinct; the context is extended when 2 do not fit.
+    At least 2 keeps the two E settings distinct. The count leaves out the last event's gap,
+    which the layout wants too, so it may call for an extension (``extended_context``).
     """
-    fits = usable_length(context) // (event_length + MIN_GAP)
+    fits = (usable_length(context) + MIN_GAP) // (event_length + MIN_GAP)
     return int(min(MAX_EVENTS, max(2, fits)))
 
 
@@ -238,9 +250,10 @@ def event_count(context: int, event_length: int, setting: str) -> int:
 
 
 def extended_context(context: int, event_length: int, n_events: int) -> int:
-    """The smallest context >= ``context`` whose usable part holds ``n_events`` events."""
+    """The smallest context >= ``context`` whose usable part holds ``n_events`` events, each
+    followed by its gap: ``floor(0.58 C) >= E (l + 32)``."""
     needed = n_events * (event_length + MIN_GAP)
-    length = context
+    length = max(context, (100 * needed) // USABLE_PERCENT - 1)
     while usable_length(length) < needed:
         length += 1
     return length
@@ -261,8 +274,22 @@ class HistoryLayout:
 
     @property
     def future_length(self) -> int:
-        """The future event starts at the first forecast step; it is cut by the window end."""
+        """Steps of the future event inside the prediction window: it starts at the first
+        forecast step and is cut by the window end."""
         return min(self.event_length, self.prediction)
+
+    def future_event_length(self, future: str) -> int:
+        """How long the future event of ``future`` lasts, in steps (before the window's cut).
+
+        Replay repeats a history event, so it lasts ``l``. A Novel event must reach beyond the
+        history inside the window; a bell longer than twice the window would peak after the
+        window's end (at C1 with ``l = 512`` the window sees 32 % of its deviation), so a Novel
+        event lasts ``min(l, 2 H)``: the smallest change that puts its peak inside the window
+        (at its last step, as for ``l = 2 H``). A step event looks the same either way.
+        """
+        if future == "novel":
+            return min(self.event_length, NOVEL_REACH * self.prediction)
+        return self.event_length
 
 
 def layout(context: int, prediction: int, event_length: int, setting: str) -> HistoryLayout:

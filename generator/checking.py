@@ -10,7 +10,8 @@ given baselines file when it holds the same simulator content. Per target: the s
 relationship description and unit are the registry's. Per pair: the id matches its axes;
 offsets are in range; the stored recipe equals the one drawn again from the master seed; the
 arrays rebuilt from the recipe equal the stored ones bit for bit; the stored 10 % statistics
-and verdict are the recomputed ones; every kept pair passes the rule. Pair ids are unique
+and verdict are the recomputed ones; every kept pair passes the rule and its Novel future lies
+beyond its history's range for every covariate (``generator/novel_range.py``). Pair ids are unique
 (``Corpus`` refuses a file where they are not).
 """
 
@@ -25,6 +26,7 @@ from whatif_bench.errors import WhatIfError
 from whatif_bench.generator.axes import FUTURES, contexts
 from whatif_bench.generator.corpus import REQUIRED, Corpus
 from whatif_bench.generator.fileformat import DATA_DATASETS, FORMAT_VERSION
+from whatif_bench.generator.novel_range import novel_reach
 from whatif_bench.generator.recipe import draw_recipe
 from whatif_bench.generator.sweep import build_pair
 from whatif_bench.generator.verification import RULE, THRESHOLD
@@ -374,6 +376,14 @@ def _verify(
                     < THRESHOLD
                 ):
                     report.problems.append(f"{pair_id}: a kept pair fails the {RULE}")
+                inside = novel_reach(stored, relationship).inside(
+                    relationship.covariate_names[: stored.key.k]
+                )
+                if inside:
+                    report.problems.append(
+                        f"{pair_id}: the Novel future does not leave the history's range for "
+                        f"{', '.join(inside)}"
+                    )
                 for name, values in rebuilt.arrays.items():
                     offset = int(row[f"{name}_offset"])
                     stored_values = corpus._slice(name, offset, values.size)

@@ -30,7 +30,8 @@ class PairArrays:
 def _future(
     relationship: Relationship, baseline_future: np.ndarray, length: int, factors: np.ndarray
 ):
-    """Target and covariates over the prediction window with one event at its first step."""
+    """Target (H,) and covariates (K, H) over the prediction window with one event of
+    ``length`` steps at its first step (cut by the window end)."""
     horizon = baseline_future.size
     padded = np.zeros(max(length, horizon))
     padded[:horizon] = baseline_future
@@ -57,7 +58,7 @@ def materialise(recipe: Recipe, relationship: Relationship, baseline: np.ndarray
     future_targets, future_covariates = {}, {}
     for name, factors in (("replay", recipe.replay_factors), ("novel", recipe.novel_factors)):
         target, covariates = _future(
-            relationship, window[history.context :], history.event_length, factors
+            relationship, window[history.context :], history.future_event_length(name), factors
         )
         future_targets[name], future_covariates[name] = target, covariates
     return PairArrays(window, history_target, history_covariates, future_targets, future_covariates)

@@ -2,7 +2,7 @@
 
 ``draw_recipe`` makes the random choices of docs/METHOD.md (section 5) from the pair's own stream, in a fixed
 order: window start, then per event a direction and one factor per covariate, then the Replay
-source event, then the Novel factors.
+source event, then the Novel factors (beyond the history's range, the base value included).
 """
 
 from __future__ import annotations
@@ -91,12 +91,19 @@ def _history_factors(
 
 
 def _novel_factors(rng: np.random.Generator, relationship: Relationship, factors: np.ndarray):
+    """The Novel factor of each covariate, shape (K,), from the history's factors (E, K).
+
+    A direct covariate goes to the history's largest factor + U[5, 12], an inverse one to its
+    smallest x U[0.1, 0.5]. Outside events every covariate sits at its base value (factor 1),
+    so 1 counts among the history's factors: after events that lowered a direct covariate (or
+    raised an inverse one) the Novel factor still lies beyond the base value.
+    """
     novel = np.empty(factors.shape[1])
     for c, info in enumerate(relationship.covariates[: factors.shape[1]]):
         if info.sign > 0:
-            novel[c] = factors[:, c].max() + rng.uniform(*NOVEL_OFFSET)
+            novel[c] = max(1.0, factors[:, c].max()) + rng.uniform(*NOVEL_OFFSET)
         else:
-            novel[c] = factors[:, c].min() * rng.uniform(*NOVEL_SCALE)
+            novel[c] = min(1.0, factors[:, c].min()) * rng.uniform(*NOVEL_SCALE)
     return novel
 
 

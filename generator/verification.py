@@ -3,7 +3,9 @@
 Statistic: for one event window W, ``mean_W |y' - y| / mean_W |y|`` -- the target's average
 absolute departure from its event-free baseline relative to the baseline's average magnitude.
 An event passes when the statistic is at least 0.10. A window whose baseline is exactly 0
-throughout passes only if the target moved at all (the ratio is then infinite).
+throughout has no relative effect: its statistic is 0 and it fails, however far the target
+moved (the paper's criterion is relative to the baseline, and its pipeline evidently dropped
+such events; docs/METHOD.md, section 6).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ RULE = f"{THRESHOLD * 100:g} % rule"  # how messages name it: "10 % rule"
 
 
 def effect_ratio(actual: np.ndarray, baseline: np.ndarray) -> float:
-    """``mean |actual - baseline| / mean |baseline|`` over one event window."""
+    """``mean |actual - baseline| / mean |baseline|`` over one event window; 0 where the
+    baseline is 0 throughout (no relative effect)."""
     change = float(np.mean(np.abs(actual - baseline)))
     level = float(np.mean(np.abs(baseline)))
     if level == 0.0:
-        return np.inf if change > 0.0 else 0.0
+        return 0.0
     return change / level
 
 

@@ -10,6 +10,10 @@ import numpy as np
 
 NOVEL_OFFSET = (5.0, 12.0)  # direct covariate: largest history factor + U[5, 12]
 NOVEL_SCALE = (0.1, 0.5)  # inverse covariate: smallest history factor * U[0.1, 0.5]
+# The smallest factor a history pool may hold. Relationships are checked down to about 0.01
+# (with the Novel scale, 0.001); and above it a Novel future provably lies beyond its history's
+# range even where the window shortens a long Novel bell (docs/METHOD.md, section 5).
+MIN_POOL_FACTOR = 0.01
 
 
 def factor_bounds(pool: tuple[float, ...]) -> tuple[float, float]:

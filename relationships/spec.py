@@ -21,6 +21,7 @@ from typing import Any
 from whatif_bench.errors import SpecError
 from whatif_bench.outputs import is_safe_name
 from whatif_bench.relationships.forms import EFFECTS, FORMS
+from whatif_bench.relationships.ranges import MIN_POOL_FACTOR
 from whatif_bench.relationships.shapes import SHAPE_CODES
 
 DIRECTIONS = ("direct", "inverse")
@@ -362,13 +363,16 @@ def parse_spec(
         if not pool or not all(
             isinstance(v, int | float)
             and not isinstance(v, bool)
-            and 0 < _int_to_float(v, lambda m: header.error("history_pool", m)) < math.inf
+            and MIN_POOL_FACTOR
+            <= _int_to_float(v, lambda m: header.error("history_pool", m))
+            < math.inf
             and v != 1
             for v in pool
         ):
             raise header.error(
                 "history_pool",
-                f"must be a non-empty list of positive factors != 1 (finite), got {pool!r}",
+                f"must be a non-empty list of positive factors != 1 (finite, at least "
+                f"{MIN_POOL_FACTOR:g}), got {pool!r}",
             )
         history_pool = tuple(sorted(float(v) for v in pool))
         only_increase = header.get("only_increase", bool, False)

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
+from whatif_bench.generator.axes import NOVEL_REACH
 from whatif_bench.relationships._kernels import (
     BELL,
     JIT_OPTIONS,
@@ -194,7 +195,7 @@ def _effect_ratio(
         work[t] = abs(baseline[first + t])
     level = _pairwise_sum(work, 0, n) / n
     if level == 0.0:
-        return np.inf if change > 0.0 else 0.0
+        return 0.0
     return change / level
 
 
@@ -248,13 +249,13 @@ def _draw_attempt(
     offset_low, offset_span, scale_low, scale_span = plan.novel
     for covariate in range(k):
         if plan.signs[entry, covariate] > 0:
-            highest_factor = factors[covariate]
-            for event in range(1, n_events):
+            highest_factor = 1.0  # the base value outside events
+            for event in range(n_events):
                 highest_factor = max(highest_factor, factors[event * k + covariate])
             novel[covariate] = highest_factor + (offset_low + offset_span * _random(state))
         else:
-            lowest_factor = factors[covariate]
-            for event in range(1, n_events):
+            lowest_factor = 1.0
+            for event in range(n_events):
                 lowest_factor = min(lowest_factor, factors[event * k + covariate])
             novel[covariate] = lowest_factor * (scale_low + scale_span * _random(state))
     picks[ENTRY], picks[K], picks[CONTEXT], picks[LENGTH] = entry, k, c, length
@@ -306,8 +307,8 @@ def _build(
     lengths[:n_events] = length
     events = factors[: n_events * k].reshape((n_events, k))
     replay = events[picks[REPLAY_SOURCE] : picks[REPLAY_SOURCE] + 1]
-    steps = max(length, horizon)
-    one[0], one[1] = 0, length
+    novel_length = min(length, NOVEL_REACH * horizon)  # HistoryLayout.future_event_length
+    one[0] = 0
     constants = RelationshipConstants(
         ints[PRIMARY_CODE],
         plan.primary_params[entry],
@@ -329,6 +330,8 @@ def _build(
             )
             part_factors = events
         else:
+            one[1] = length if part == 1 else novel_length
+            steps = max(one[1], horizon)
             padded[:steps] = 0.0
             padded[:horizon] = window[context:]
             y, part_starts, part_lengths, out = (
@@ -408,21 +411,21 @@ def _store_covariates(
     plan: KernelPlan,
     picks: np.ndarray,
     starts: np.ndarray,
+    length: int,
     factors: np.ndarray,
     steps: int,
     out: np.ndarray,
     first: int,
     profile: np.ndarray,
 ) -> bool:
-    """The (K, ``steps``) covariates ``base * factor(t)`` of events of ``factors`` (E, K) at
-    ``starts`` (cut at ``steps``), as float32 rows from ``out[first]``; False if one is beyond
-    float32.
+    """The (K, ``steps``) covariates ``base * factor(t)`` of events of ``length`` steps and
+    ``factors`` (E, K) at ``starts`` (cut at ``steps``), as float32 rows from ``out[first]``;
+    False if one is beyond float32.
 
     ``Relationship.covariate_values`` to the bit: the factor is 1 outside events, the event's
     factor inside a step event and ``1 + (f - 1) * bell(t)`` inside a bell one, times the base.
     """
     entry = picks[ENTRY]
-    length = plan.event_lengths[picks[LENGTH]]
     finite, bell_ready = True, False
     for c in range(factors.shape[1]):
         base, row = plan.bases[entry, c], first + c * steps
@@ -470,13 +473,19 @@ def _store_slot(
     starts = plan.event_starts[layout[L_STARTS] : layout[L_STARTS] + n_events]
     events = factors[: n_events * k].reshape((n_events, k))
     finite = _store(history[:context], out, 0)
-    finite &= _store_covariates(plan, picks, starts, events, context, out, context, profile)
+    length = plan.event_lengths[picks[LENGTH]]
+    finite &= _store_covariates(
+        plan, picks, starts, length, events, context, out, context, profile
+    )
     at = (k + 1) * context
     replay = events[picks[REPLAY_SOURCE] : picks[REPLAY_SOURCE] + 1]
     for index, chosen in enumerate((replay, novel[:k].reshape((1, k)))):
         mine = index == picks[FUTURE]
         target, first = (out, at) if mine else (spare, 0)
-        finite &= _store_covariates(plan, picks, one[:1], chosen, horizon, target, first, profile)
+        future_length = length if index == 0 else min(length, NOVEL_REACH * horizon)
+        finite &= _store_covariates(
+            plan, picks, one[:1], future_length, chosen, horizon, target, first, profile
+        )
         finite &= _store(futures[index, :horizon], target, first + k * horizon)
     _store(_window(plan, picks), out, at + (k + 1) * horizon)
     return out, finite

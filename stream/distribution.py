@@ -15,6 +15,7 @@ import numpy as np
 
 from whatif_bench.errors import WhatIfError
 from whatif_bench.generator import axes
+from whatif_bench.relationships.ranges import MIN_POOL_FACTOR
 
 
 class DistributionError(WhatIfError, ValueError):
@@ -78,10 +79,11 @@ class AxisDistribution:
                 pool.ndim != 1
                 or pool.size == 0
                 or not np.all(np.isfinite(pool))
-                or np.any(pool <= 0)
+                or np.any(pool < MIN_POOL_FACTOR)
             ):
                 raise DistributionError(
-                    f"history_pool must be positive finite factors, got {self.history_pool}"
+                    f"history_pool must be positive finite factors of at least "
+                    f"{MIN_POOL_FACTOR:g}, got {self.history_pool}"
                 )
             if not (np.any(pool > 1.0) and np.any(pool < 1.0)):
                 raise DistributionError("history_pool needs factors both above and below 1")

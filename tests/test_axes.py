@@ -40,19 +40,54 @@ def test_layout_rules_hold_for_any_context(context, prediction, event_length, se
 
 def test_most_events_fill_the_context():
     layout = axes.layout(4096, 512, 32, "Emax")
-    assert len(layout.starts) == axes.usable_length(4096) // (32 + 32)
+    # E_max counts a gap between events: E l + (E - 1) 32 <= floor(0.58 C)
+    assert len(layout.starts) == (axes.usable_length(4096) + 32) // (32 + 32)
     assert len(axes.layout(8000, 864, 32, "Emax").starts) == 64  # capped
 
 
-def test_c1_is_extended_for_two_events_of_512_as_in_the_paper():
-    layout = axes.layout(1024, 128, 512, "Emax")
-    assert len(layout.starts) == 2
-    assert layout.context == 1877  # the paper reports 1,876 (rounding of the 40 % / 2 % shares)
+@settings(max_examples=300, deadline=None)
+@given(context=st.integers(1, 20000))
+def test_the_usable_part_is_58_percent_rounded_down_and_the_shares_add_up(context):
+    usable = axes.usable_length(context)
+    assert 100 * usable <= 58 * context < 100 * (usable + 1)  # exact: no float rounding
+    assert 100 * axes.prefix_length(context) >= 40 * context
+    assert 100 * axes.buffer_length(context) > 2 * context - 100
+    total = axes.prefix_length(context) + usable + axes.buffer_length(context)
+    assert total == context
+
+
+@pytest.mark.parametrize(
+    ("lengths", "events", "extended"),
+    [
+        ((1024, 128), 2, 1876),  # the paper: "1,876 at C1"
+        ((7488, 864), 8, 7504),  # the paper: "7,504 at C4 on OpenDC"
+    ],
+)
+def test_the_contexts_the_paper_reports_for_512_step_events(lengths, events, extended):
+    layout = axes.layout(*lengths, 512, "Emax")
+    assert len(layout.starts) == events
+    assert layout.context == extended
+
+
+def test_opendc_c4_is_the_one_the_paper_extends():
+    assert axes.layout(*C4["opendc"], 512, "Emax").context == 7504
 
 
 def test_future_event_is_cut_by_the_window_end():
     assert axes.layout(1024, 128, 512, "Efew").future_length == 128
     assert axes.layout(1024, 128, 64, "Efew").future_length == 64
+
+
+@pytest.mark.parametrize(
+    ("prediction", "event_length", "novel"),
+    [(128, 64, 64), (128, 128, 128), (128, 256, 256), (128, 512, 256), (256, 512, 512)],
+)
+def test_a_novel_event_lasts_at_most_two_windows_and_replay_keeps_its_length(
+    prediction, event_length, novel
+):
+    layout = axes.layout(4096, prediction, event_length, "Efew")
+    assert layout.future_event_length("novel") == novel
+    assert layout.future_event_length("replay") == event_length
 
 
 @pytest.mark.parametrize("simulator", ["epanet", "gridlabd", "sumo"])

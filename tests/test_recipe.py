@@ -47,7 +47,7 @@ def test_every_event_pushes_the_target_one_way(relationship, k, ell, e, seed):
 def test_novel_factors_leave_the_history_range(relationship, seed):
     recipe = recipe_for(relationship, seed=seed)
     for c, info in enumerate(relationship.covariates[:5]):
-        column = recipe.factors[:, c]
+        column = np.append(recipe.factors[:, c], 1.0)  # the base value outside events counts
         if info.sign > 0:
             assert column.max() + 5 <= recipe.novel_factors[c] <= column.max() + 12
         else:

@@ -164,9 +164,13 @@ class Corpus:
         if isinstance(shown, bytes):
             shown = shown.decode(errors="replace")
         newer = isinstance(shown, int) and shown > FORMAT_VERSION
+        older = isinstance(shown, int) and 0 < shown < FORMAT_VERSION
         hint = (
             "; a newer whatif-bench wrote it: upgrade the toolkit, or generate the corpus again"
             if newer
+            else "; an older whatif-bench made it by an earlier method (docs/METHOD.md): "
+            "generate the corpus again"
+            if older
             else "; generate the corpus again"
         )
         raise CorpusError(

@@ -51,6 +51,11 @@ VERSIONS = {
         f"corpus format version {FORMAT_VERSION + 1}, but this toolkit reads format version "
         f"{READS}; a newer whatif-bench wrote it: upgrade the toolkit, or generate the corpus again",
     ),
+    "older": (
+        1,
+        f"corpus format version 1, but this toolkit reads format version {READS}; an older "
+        "whatif-bench made it by an earlier method (docs/METHOD.md): generate the corpus again",
+    ),
     "zero": (
         0,
         f"corpus format version 0, but this toolkit reads format version {READS}; "

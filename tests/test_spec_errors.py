@@ -251,6 +251,7 @@ BIG = "9" * 400
         ),
         ("history_pool = [0.5, 2]", "history_pool = [0.5, inf]", r"field 'history_pool'"),
         ("history_pool = [0.5, 2]", "history_pool = [0.5, nan]", r"field 'history_pool'"),
+        ("history_pool = [0.5, 2]", "history_pool = [0.005, 2]", r"at least 0.01"),
         ("history_pool = [0.5, 2]", f"history_pool = [0.5, {BIG}]", r"field 'history_pool'"),
         (
             "params = { exponent = 0.5 }",

@@ -110,3 +110,18 @@ def test_c4_lengths_come_from_the_spec_headers():
 def test_unknown_settings_are_rejected():
     with pytest.raises(axes.AxisError, match="unknown E setting"):
         axes.event_count(1024, 32, "Esome")
+
+
+def test_the_contexts_grow_exactly_where_the_method_says():
+    grown = {}
+    for simulator, c4 in C4.items():
+        for label, (context, prediction) in axes.contexts(c4).items():
+            for event_length in axes.EVENT_LENGTHS:
+                layout = axes.layout(context, prediction, event_length, "Emax")
+                if layout.context != context:
+                    grown[(simulator, label, event_length)] = (len(layout.starts), layout.context)
+    shared = {("C1", 512): (2, 1876), ("C2", 32): (19, 2097), ("C3", 64): (25, 4138)}
+    shared[("C3", 128)] = (15, 4138)
+    expected = {(s, c, ell): v for s in C4 for (c, ell), v in shared.items()}
+    expected[("opendc", "C4", 512)] = expected[("sumo", "C4", 512)] = (8, 7504)
+    assert grown == expected

@@ -23,14 +23,27 @@ def fraction(text: str) -> float:
     return value
 
 
+# The baselines' names, for --help without importing numpy; tests/test_forecasters.py checks
+# them against forecasters.BASELINES, which --models is validated against.
+BASELINE_NAMES = (
+    "naive",
+    "linear",
+    "ridge",
+    "xgboost",
+    "tuned-linear",
+    "tuned-ridge",
+    "tuned-xgboost",
+)
+
+
 def add_arguments(subparsers) -> None:
     parser = subparsers.add_parser("evaluate", help="score forecasters on a corpus")
     parser.add_argument("corpus", help="corpus file (from whatif generate)")
     parser.add_argument(
         "--models",
         default="naive,linear,ridge,xgboost",
-        help="comma-separated baselines, or FILE.py:Class / module:Class for your own "
-        "(default: %(default)s)",
+        help=f"comma-separated baselines ({', '.join(BASELINE_NAMES)}; docs/METHOD.md, "
+        "section 9), or FILE.py:Class / module:Class for your own (default: %(default)s)",
     )
     parser.add_argument(
         "--out", required=True, help="folder for per-task errors, tables and plots (required)"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from whatif_bench._version import __version__
 from whatif_bench.errors import WhatIfError
@@ -106,8 +107,9 @@ LSTSQ_CUTOFF = 1e-6  # relative singular-value cutoff of `linear` (scikit-learn'
 def _least_squares_fit_predict(x: np.ndarray, y: np.ndarray, x_new: np.ndarray) -> np.ndarray:
     """Ordinary least squares with an intercept, at the precision of the covariates as given.
 
-    ``x`` (T, K) and ``x_new`` (H, K) are used in their own float dtype (float32 for corpus
-    tasks), ``y`` (T,) is cast to it. The data are centred and solved by SVD (LAPACK gelsd)
+    ``x`` (T, K) and ``x_new`` (H, K) are used in their own float dtype (float32 for raw corpus
+    covariates; ``linear`` and ``tuned-linear`` pass standardised float64), ``y`` (T,) is cast
+    to it. The data are centred and solved by SVD (LAPACK gelsd)
     with singular values below ``LSTSQ_CUTOFF`` times the largest treated as zero, as
     scikit-learn's ``LinearRegression`` does (its ``tol``). So collinear or nearly collinear
     covariates get a minimum-norm fit, not huge opposite coefficients fitted to noise that
@@ -124,23 +126,47 @@ def _least_squares_fit_predict(x: np.ndarray, y: np.ndarray, x_new: np.ndarray) 
 
 
 class LinearRegression:
-    """Ordinary least squares of the target on the covariates at the same step.
+    """Ordinary least squares of the target on the covariates at the same step, the covariates
+    standardised on the history first (``_standardise``, as ``ridge`` does; float64).
 
-    Equal to scikit-learn's ``LinearRegression`` (fitted on the raw covariates as stored); see
-    ``_least_squares_fit_predict`` for how rank-deficient histories are handled.
+    Equal to scikit-learn's ``LinearRegression`` fitted on the same standardised covariates; see
+    ``_least_squares_fit_predict`` for the solver and its cutoff.
+
+    Why the scaling matters although least squares is scale-invariant on a full-rank history: a
+    rescaled covariate only gets a rescaled coefficient, so the forecast does not change. A
+    rank-deficient history (step covariates that move together, a covariate that is constant)
+    has a whole line or plane of least-squares fits that agree on the history and disagree
+    once the covariates part in the future, and the SVD solver picks the one with the smallest
+    coefficient norm. That norm depends on the units: on raw covariates, a covariate with a
+    large spread in its units (W rather than kW) needs only a small coefficient, and each
+    collinear covariate takes a share of the effect in proportion to its squared spread, so
+    the forecast after the covariates part would change with a change of units.
+    Standardised, every coefficient is per history standard deviation: the fit is the same in
+    any units, and covariates that move together in the history (identical once standardised)
+    get equal shares of the effect, so the future is predicted from their mean standardised
+    value. The relative cutoff is scale-dependent too: on raw covariates a covariate with a
+    small spread can fall below 10^-6 of the largest singular value and be dropped although it
+    is informative; standardised, only a true (near) collinearity is.
+    ``standardise=False`` fits the raw covariates (the toolkit's former ``linear``).
     """
 
     name = "linear"
 
+    def __init__(self, standardise: bool = True) -> None:
+        self.standardise = standardise
+
     def predict(self, batch: list[TaskInput]) -> list[Forecast]:
-        return [
-            Forecast(
-                point=_least_squares_fit_predict(
-                    t.history_covariates.T, t.history_target, t.future_covariates.T
+        out = []
+        for t in batch:
+            if self.standardise:
+                x, x_new = _standardise(
+                    t.history_covariates.astype(np.float64),
+                    t.future_covariates.astype(np.float64),
                 )
-            )
-            for t in batch
-        ]
+            else:
+                x, x_new = t.history_covariates.T, t.future_covariates.T
+            out.append(Forecast(point=_least_squares_fit_predict(x, t.history_target, x_new)))
+        return out
 
 
 class RidgeRegression:
@@ -226,15 +252,77 @@ def task_key(task: TaskInput) -> tuple[int, ...]:
 
 
 FEATURES = ("z_future", "z_future_lag", "z_origin", "z_delta", "target_stats", "horizon")
+TUNED_REGRESSORS = ("linear", "ridge", "xgboost")
+
+
+def _feasible_horizons(context: int, horizon: int, first: int) -> int:
+    """The largest horizon with a feasible origin: ``min(H, C - 1 - first)``; a history too
+    short for any (origin, horizon) pair is a ``ValueError``."""
+    if first + 2 > context:
+        raise ValueError(
+            f"a history of {context} steps is too short for (origin, horizon) pairs whose first "
+            f"origin is step {first}: it needs at least {first + 2} steps"
+        )
+    return min(horizon, context - 1 - first)
+
+
+def feasible_pairs(context: int, horizon: int, first: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every (origin tau, horizon h) pair of a history of ``context`` steps: ``1 <= h <= H``
+    and ``first <= tau <= C - 1 - h`` (so the target y_{tau+h} is in the history), ordered by
+    h, then tau. Returns (origins, horizons), int64."""
+    top = _feasible_horizons(context, horizon, first)
+    horizons = np.arange(1, top + 1)
+    counts = context - first - horizons  # origins per horizon
+    starts = np.cumsum(counts) - counts
+    steps = np.arange(int(counts.sum())) - np.repeat(starts, counts)
+    return first + steps, np.repeat(horizons, counts)
+
+
+def draw_pairs(
+    context: int, horizon: int, max_rows: int, rng: np.random.Generator, first: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Up to ``max_rows`` distinct (origin, horizon) pairs of a history, as ``TunedPairs`` fits.
+
+    A history with at most ``max_rows`` feasible pairs (``feasible_pairs``) gives all of them.
+    Otherwise each draw takes h uniformly from the feasible horizons 1 … min(H, C - 1 - first)
+    first, then the origin tau uniformly from the origins feasible for that h
+    (first … C - 1 - h); a draw that repeats a pair already taken is discarded and drawn again,
+    until ``max_rows`` pairs are taken (in the order drawn). Draws come in vectorised rounds
+    of candidates, each kept if it is the first of its pair, so this is the one-at-a-time
+    rejection process; ``rng`` alone decides the pairs. Returns (origins, horizons), int64.
+    """
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be at least 1, got {max_rows}")
+    top = _feasible_horizons(context, horizon, first)
+    counts = context - first - np.arange(1, top + 1)  # origins per horizon
+    if counts.sum() <= max_rows:
+        return feasible_pairs(context, horizon, first)
+    keys = np.empty(0, dtype=np.int64)  # (h - 1) * C + tau, one per pair taken
+    while keys.size < max_rows:
+        need = max_rows - keys.size
+        size = max(2 * need, 1024)
+        horizons = rng.integers(1, top + 1, size)
+        origins = first + rng.integers(0, counts[horizons - 1])
+        candidates = (horizons - 1) * context + origins
+        _, firsts = np.unique(candidates, return_index=True)
+        candidates = candidates[np.sort(firsts)]  # the first draw of each pair, in draw order
+        candidates = candidates[~np.isin(candidates, keys)]
+        keys = np.concatenate([keys, candidates[:need]])
+    return keys % context, keys // context + 1
 
 
 class TunedPairs:
     """The appendix's (origin, horizon) family: rows are (tau, h) pairs sampled from the history.
 
-    Features (switchable): ``z_future`` = z_{t+h}, ``z_future_lag`` = z_{t+h-1}, ``z_origin`` =
-    z_t, ``z_delta`` = z_{t+h} - z_t, ``target_stats`` = mean, std and slope of the last 32
-    target values before the origin, ``horizon`` = h. Target: y_{t+h}. Regressor: ridge (alpha
-    10, standardised features) or xgboost.
+    Rows: up to ``max_rows`` distinct pairs, h drawn before tau (``draw_pairs``). Features
+    (switchable): ``z_future`` = z_{t+h}, ``z_future_lag`` = z_{t+h-1}, ``z_origin`` = z_t,
+    ``z_delta`` = z_{t+h} - z_t, ``target_stats`` = mean, std and slope of the last 32 target
+    values up to the origin, ``horizon`` = h; then ``target_lags`` = L target values
+    y_t, y_{t-1}, … y_{t-L+1} at the origin (0: none). Target: y_{t+h}. Regressor, on features
+    standardised over the rows: ``linear`` (least squares, as the ``linear`` baseline),
+    ``ridge`` (alpha 10) or ``xgboost`` (raw features). The forecast takes the last history
+    step as origin and h = 1 … H. The first origin is step max(32, L) - 1, so every window and
+    lag is inside the history.
     """
 
     WINDOW = 32
@@ -245,24 +333,38 @@ class TunedPairs:
         regressor: str = "ridge",
         max_rows: int = 8000,
         seed: int = 0,
+        target_lags: int = 0,
     ) -> None:
         unknown = sorted(set(features) - set(FEATURES))
         if unknown:
             raise ValueError(f"unknown feature(s) {unknown}; choose from {list(FEATURES)}")
-        if regressor not in ("ridge", "xgboost"):
-            raise ValueError(f"regressor must be 'ridge' or 'xgboost', got {regressor!r}")
+        if regressor not in TUNED_REGRESSORS:
+            raise ValueError(
+                f"regressor must be one of {list(TUNED_REGRESSORS)}, got {regressor!r}"
+            )
+        for label, value, least in (("max_rows", max_rows, 1), ("target_lags", target_lags, 0)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
+                raise ValueError(f"{label} must be a whole number >= {least}, got {value!r}")
         self.features, self.regressor, self.max_rows, self.seed = (
             tuple(features),
             regressor,
-            max_rows,
+            int(max_rows),
             seed,
         )
+        self.target_lags = int(target_lags)
         self.name = f"tuned-{regressor}"
 
-    def _rows(
+    @property
+    def first_origin(self) -> int:
+        """The earliest origin: the target window and the lags end there and start in the
+        history."""
+        return max(self.WINDOW, self.target_lags) - 1
+
+    def feature_matrix(
         self, z: np.ndarray, y: np.ndarray, origins: np.ndarray, horizons: np.ndarray
     ) -> np.ndarray:
-        """Feature matrix for (origin, horizon) pairs; ``z`` is (T, K) over the whole window."""
+        """Feature rows for (origin, horizon) pairs; ``z`` is (T, K) over the whole window,
+        ``y`` the target over at least the steps up to the latest origin."""
         parts = []
         ahead = origins + horizons
         if "z_future" in self.features:
@@ -274,13 +376,27 @@ class TunedPairs:
         if "z_delta" in self.features:
             parts.append(z[ahead] - z[origins])
         if "target_stats" in self.features:
-            window = np.stack([y[o - self.WINDOW + 1 : o + 1] for o in origins])
+            window = sliding_window_view(y, self.WINDOW)[origins - self.WINDOW + 1]
             steps = np.arange(self.WINDOW) - (self.WINDOW - 1) / 2
             slope = (window - window.mean(axis=1, keepdims=True)) @ steps / (steps @ steps)
             parts.append(np.column_stack([window.mean(axis=1), window.std(axis=1), slope]))
         if "horizon" in self.features:
             parts.append(horizons[:, None].astype(np.float64))
+        if self.target_lags:
+            parts.append(y[origins[:, None] - np.arange(self.target_lags)])
         return np.column_stack(parts) if parts else np.zeros((origins.size, 0))
+
+    def pairs(self, task: TaskInput) -> tuple[np.ndarray, np.ndarray]:
+        """The (origins, horizons) this model fits on for ``task``, seeded by the model's seed
+        and the task's key (``task_key``)."""
+        rng = np.random.default_rng([self.seed, *task_key(task)])
+        return draw_pairs(
+            task.history_target.size,
+            task.prediction_length,
+            self.max_rows,
+            rng,
+            self.first_origin,
+        )
 
     def predict(self, batch: list[TaskInput]) -> list[Forecast]:
         out = []
@@ -290,22 +406,20 @@ class TunedPairs:
             z = np.concatenate([t.history_covariates, t.future_covariates], axis=1).T.astype(
                 np.float64
             )
-            rng = np.random.default_rng([self.seed, *task_key(t)])
-            first = self.WINDOW - 1
-            origins = rng.integers(first, context - 1, self.max_rows)
-            horizons = rng.integers(1, np.minimum(horizon, context - 1 - origins) + 1)
-            x = self._rows(z, y, origins, horizons)
+            origins, horizons = self.pairs(t)
+            x = self.feature_matrix(z, y, origins, horizons)
             target = y[origins + horizons]
             last = np.full(horizon, context - 1)
-            x_new = self._rows(
-                z, np.concatenate([y, np.zeros(horizon)]), last, np.arange(1, horizon + 1)
-            )
-            if self.regressor == "ridge":
+            x_new = self.feature_matrix(z, y, last, np.arange(1, horizon + 1))
+            if self.regressor == "xgboost":
+                point = _xgboost_fit_predict(x, target, x_new, self.seed, 1)
+            else:
                 scale = x.std(axis=0)
                 scale[scale == 0] = 1.0
-                point = _ridge_fit_predict(x / scale, target, x_new / scale, 10.0)
-            else:
-                point = _xgboost_fit_predict(x, target, x_new, self.seed, 1)
+                if self.regressor == "ridge":
+                    point = _ridge_fit_predict(x / scale, target, x_new / scale, 10.0)
+                else:
+                    point = _least_squares_fit_predict(x / scale, target, x_new / scale)
             out.append(Forecast(point=point))
         return out
 
@@ -315,6 +429,7 @@ BASELINES: dict[str, Callable[[], Forecaster]] = {
     "linear": LinearRegression,
     "ridge": RidgeRegression,
     "xgboost": XGBoost,
+    "tuned-linear": lambda: TunedPairs(regressor="linear"),
     "tuned-ridge": lambda: TunedPairs(regressor="ridge"),
     "tuned-xgboost": lambda: TunedPairs(regressor="xgboost"),
 }

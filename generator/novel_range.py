@@ -33,9 +33,7 @@ class NovelReach:
     @property
     def beyond(self) -> np.ndarray:
         """How far beyond the history's range each reach lies, (K,): > 1 beyond, <= 1 inside."""
-        return np.where(
-            self.rises, self.reach / self.history_high, self.history_low / self.reach
-        )
+        return np.where(self.rises, self.reach / self.history_high, self.history_low / self.reach)
 
     @property
     def holds(self) -> bool:

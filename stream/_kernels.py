@@ -474,9 +474,7 @@ def _store_slot(
     events = factors[: n_events * k].reshape((n_events, k))
     finite = _store(history[:context], out, 0)
     length = plan.event_lengths[picks[LENGTH]]
-    finite &= _store_covariates(
-        plan, picks, starts, length, events, context, out, context, profile
-    )
+    finite &= _store_covariates(plan, picks, starts, length, events, context, out, context, profile)
     at = (k + 1) * context
     replay = events[picks[REPLAY_SOURCE] : picks[REPLAY_SOURCE] + 1]
     for index, chosen in enumerate((replay, novel[:k].reshape((1, k)))):

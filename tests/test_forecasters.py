@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from whatif_bench.evaluation.forecasters import (
     BASELINES,
@@ -14,6 +16,8 @@ from whatif_bench.evaluation.forecasters import (
     TaskInput,
     TunedPairs,
     XGBoost,
+    draw_pairs,
+    feasible_pairs,
     make_forecaster,
 )
 
@@ -50,11 +54,24 @@ def test_ridge_matches_a_plain_closed_form_with_alpha_10_on_standardised_covaria
     assert not np.allclose(forecast.point, ols.point)  # the penalty shrinks the fit
 
 
-def sklearn_linear(task: TaskInput) -> np.ndarray:
+def standardised_on_history(task: TaskInput) -> tuple[np.ndarray, np.ndarray]:
+    """The covariates (rows: time, float64) scaled by their history mean and standard deviation,
+    a constant covariate by 1: what `linear` and `ridge` are documented to fit on."""
+    z = task.history_covariates.astype(np.float64)
+    z_new = task.future_covariates.astype(np.float64)
+    mean, std = z.mean(axis=1, keepdims=True), z.std(axis=1, keepdims=True)
+    std = np.where(std == 0, 1.0, std)
+    return ((z - mean) / std).T, ((z_new - mean) / std).T
+
+
+def sklearn_linear(task: TaskInput, standardise: bool = True) -> np.ndarray:
     from sklearn.linear_model import LinearRegression as SklearnLinearRegression
 
-    model = SklearnLinearRegression().fit(task.history_covariates.T, task.history_target)
-    return model.predict(task.future_covariates.T)
+    if standardise:
+        x, x_new = standardised_on_history(task)
+    else:
+        x, x_new = task.history_covariates.T, task.future_covariates.T
+    return SklearnLinearRegression().fit(x, task.history_target).predict(x_new)
 
 
 def ill_conditioned_task(rng, dtype, kind: str, k: int = 3, context: int = 500, horizon: int = 48):
@@ -73,23 +90,93 @@ def ill_conditioned_task(rng, dtype, kind: str, k: int = 3, context: int = 500, 
     return TaskInput(y[:context], z[:, :context], z[:, context:])
 
 
+def steps_together_task(rng, context: int = 400, horizon: int = 40) -> TaskInput:
+    """Three step covariates that switch at the same steps in the history (two of them at the
+    same levels, so identical columns; the third at other levels), and each on its own in the
+    future; the target follows the first and the third."""
+    levels = np.array([[1.0, 4.0], [1.0, 4.0], [100.0, 250.0]])
+    on = np.zeros((3, context + horizon), dtype=bool)
+    for start in (60, 170, 300):
+        on[:, start : start + 40] = True
+    on[:, context:] = False
+    on[0, context + 5 : context + 15] = True
+    on[1, context + 10 : context + 30] = True
+    on[2, context + 20 : context + 35] = True
+    z = np.where(on, levels[:, 1:], levels[:, :1])
+    y = 5.0 + 2.0 * z[0] + 0.02 * z[2] + 0.1 * rng.normal(size=context + horizon)
+    return TaskInput(y[:context], z[:, :context], z[:, context:])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kind", ["exactly collinear", "nearly collinear", "constant covariate"])
-def test_linear_equals_scikit_learn_on_rank_deficient_and_ill_conditioned_histories(
+def test_linear_equals_scikit_learn_on_standardised_rank_deficient_and_ill_conditioned_histories(
     rng, dtype, kind
 ):
     task = ill_conditioned_task(rng, dtype, kind)
     (forecast,) = LinearRegression().predict([task])
-    expected = sklearn_linear(task)
     assert forecast.point.dtype == np.float64 and np.all(np.isfinite(forecast.point))
-    np.testing.assert_allclose(forecast.point, expected, rtol=1e-4 if dtype == np.float32 else 1e-9)
+    np.testing.assert_allclose(forecast.point, sklearn_linear(task), rtol=1e-9)
 
 
-def test_linear_equals_scikit_learn_on_well_posed_histories(rng):
+def test_linear_equals_scikit_learn_on_standardised_well_posed_histories(rng):
     for _ in range(5):
         task, _ = linear_task(rng, noise=0.3, context=int(rng.integers(50, 500)))
+        scale = np.array([[0.1], [10.0]])  # covariates on different scales
+        task = TaskInput(
+            task.history_target, task.history_covariates * scale, task.future_covariates * scale
+        )
         (forecast,) = LinearRegression().predict([task])
         np.testing.assert_allclose(forecast.point, sklearn_linear(task), rtol=1e-9)
+        # full rank: the scaling changes nothing but rounding
+        np.testing.assert_allclose(forecast.point, sklearn_linear(task, False), rtol=1e-7)
+
+
+def test_linear_keeps_an_informative_covariate_of_small_spread(rng):
+    """On raw covariates a spread 10^6 times smaller than another's falls under the relative
+    singular-value cutoff and the covariate is dropped; standardised, it is kept."""
+    task, truth = linear_task(rng)
+    scale = np.array([[1e-3], [1e3]])
+    task = TaskInput(
+        task.history_target, task.history_covariates * scale, task.future_covariates * scale
+    )
+    (forecast,) = LinearRegression().predict([task])
+    np.testing.assert_allclose(forecast.point, truth, rtol=1e-9)
+    raw = LinearRegression(standardise=False).predict([task])[0].point
+    np.testing.assert_allclose(raw, sklearn_linear(task, standardise=False), rtol=1e-6)
+    assert np.max(np.abs(raw - truth)) > 1.0
+
+
+def test_linear_on_step_covariates_that_move_together_is_scikit_learn_on_standardised_inputs(rng):
+    task = steps_together_task(rng)
+    x, _ = standardised_on_history(task)
+    assert np.array_equal(x[:, 0], x[:, 1]) and np.allclose(x[:, 0], x[:, 2])  # rank 1
+    (forecast,) = LinearRegression().predict([task])
+    np.testing.assert_allclose(forecast.point, sklearn_linear(task), rtol=1e-9)
+    # the minimum-norm fit differs with the scaling: the raw fit gives the large-valued third
+    # covariate nearly all of the effect, the standardised one splits it in three
+    raw = LinearRegression(standardise=False).predict([task])[0].point
+    np.testing.assert_allclose(raw, sklearn_linear(task, standardise=False), rtol=1e-9)
+    assert np.max(np.abs(raw - forecast.point)) > 0.5
+    # each covariate alone "on" moves the standardised forecast by a third of the history's
+    # jump (6 + 3 = 9 between the levels); the raw fit puts the effect on the third covariate
+    jump = 9.0
+    off = forecast.point[:5].mean()
+    only_first = forecast.point[5:10].mean() - off
+    np.testing.assert_allclose(only_first, jump / 3, rtol=0.05)
+    assert abs(raw[5:10].mean() - raw[:5].mean()) < 0.05 * jump
+
+
+def test_linear_forecast_does_not_depend_on_the_covariates_units(rng):
+    """Rescaling a covariate (W to kW) changes the raw minimum-norm fit of a rank-deficient
+    history, never the standardised one."""
+    task = steps_together_task(rng)
+    scale = np.array([[1.0], [1.0], [1e-3]])
+    rescaled = TaskInput(
+        task.history_target, task.history_covariates * scale, task.future_covariates * scale
+    )
+    for model, same in ((LinearRegression(), True), (LinearRegression(standardise=False), False)):
+        a, b = (model.predict([t])[0].point for t in (task, rescaled))
+        assert np.allclose(a, b, rtol=1e-9) == same
 
 
 def test_xgboost_learns_a_step_response_and_is_deterministic(rng):
@@ -115,9 +202,171 @@ def test_tuned_pairs_use_future_covariates(rng):
         TunedPairs(features=("z_tomorrow",))
     with pytest.raises(ValueError, match="regressor must be"):
         TunedPairs(regressor="lasso")
+    for bad in ({"max_rows": 0}, {"target_lags": -1}, {"target_lags": True}, {"max_rows": 1.5}):
+        with pytest.raises(ValueError, match="must be a whole number"):
+            TunedPairs(**bad)
 
 
-@pytest.mark.parametrize("regressor", ["ridge", "xgboost"])
+def test_tuned_linear_is_exact_on_an_exact_linear_relation(rng):
+    """Least squares on the (collinear: z_delta = z_future - z_origin) standardised features
+    recovers y = 3 + 2 z0 - z1 exactly; the ridge penalty does not."""
+    task, truth = linear_task(rng, context=600, horizon=50)
+    (forecast,) = TunedPairs(regressor="linear").predict([task])
+    np.testing.assert_allclose(forecast.point, truth, rtol=1e-9)
+    (ridge,) = TunedPairs(regressor="ridge").predict([task])
+    assert not np.allclose(ridge.point, truth, rtol=1e-6)
+
+
+def brute_force_pairs(context: int, horizon: int, first: int) -> set[tuple[int, int]]:
+    """Every (tau, h) with y_{tau+h} in the history, tau >= first and 1 <= h <= horizon."""
+    return {
+        (tau, h)
+        for h in range(1, horizon + 1)
+        for tau in range(first, context)
+        if tau + h < context
+    }
+
+
+def as_pairs(origins: np.ndarray, horizons: np.ndarray) -> list[tuple[int, int]]:
+    return list(zip(origins.tolist(), horizons.tolist(), strict=True))
+
+
+def test_tuned_pairs_draw_the_horizon_first_then_the_origin():
+    """A horizon nearly as long as the history: drawing tau first would favour short horizons
+    (late origins allow only short ones) and, given h, late origins; h first gives every
+    horizon the same share and, given h, every feasible origin the same share."""
+    context, horizon, first, rows = 400, 300, 31, 3000
+    origins, horizons = draw_pairs(context, horizon, rows, np.random.default_rng(7), first)
+    assert origins.size == rows
+    per_band = np.bincount((horizons - 1) // 30, minlength=10)  # 10 bands of 30 horizons
+    expected = rows / 10
+    assert np.all(np.abs(per_band - expected) < 4 * np.sqrt(expected)), per_band
+    # tau given h: its place k in the n_h feasible origins, standardised for a uniform draw
+    n = context - first - horizons
+    k = origins - first
+    score = (k - (n - 1) / 2) / np.sqrt((n**2 - 1) / 12)
+    assert abs(score.mean()) < 4 / np.sqrt(rows) and abs(score.var() - 1) < 0.1
+    # in the last band (h 271 … 300, 69 … 98 origins) too
+    last = horizons > 270
+    assert abs(score[last].mean()) < 4 / np.sqrt(last.sum())
+
+
+def tau_first_pairs(context: int, horizon: int, rows: int, first: int):
+    """The former draw (tau first, then h), to show the test above tells them apart."""
+    rng = np.random.default_rng(7)
+    origins = rng.integers(first, context - 1, rows)
+    horizons = rng.integers(1, np.minimum(horizon, context - 1 - origins) + 1)
+    return origins, horizons
+
+
+def test_the_horizon_first_test_rejects_drawing_the_origin_first():
+    origins, horizons = tau_first_pairs(400, 300, 3000, 31)
+    per_band = np.bincount((horizons - 1) // 30, minlength=10)
+    assert per_band[0] > 3 * per_band[-1]
+    n, k = 400 - 31 - horizons, origins - 31
+    score = (k - (n - 1) / 2) / np.sqrt((n**2 - 1) / 12)
+    assert abs(score.mean()) > 0.2
+
+
+@pytest.mark.parametrize(
+    ("context", "horizon", "rows"),
+    [(60, 24, 8000), (60, 24, 396), (40, 24, 8000), (33, 5, 8000)],
+)
+def test_a_history_with_fewer_pairs_than_max_rows_gives_every_pair_once(context, horizon, rows):
+    expected = brute_force_pairs(context, horizon, 31)
+    assert context != 60 or len(expected) == 396
+    pairs = as_pairs(*draw_pairs(context, horizon, rows, np.random.default_rng(0), 31))
+    assert len(pairs) == len(set(pairs)) == len(expected) and set(pairs) == expected
+    assert pairs == as_pairs(*feasible_pairs(context, horizon, 31))
+
+
+def test_a_history_with_more_pairs_than_max_rows_gives_max_rows_distinct_pairs(rng):
+    pairs = as_pairs(*draw_pairs(60, 24, 395, np.random.default_rng(0), 31))
+    assert len(set(pairs)) == len(pairs) == 395 and set(pairs) < brute_force_pairs(60, 24, 31)
+    # the default model on a long history: 8,000 distinct pairs, all feasible
+    task, _ = linear_task(rng, context=600, horizon=50)
+    model = TunedPairs()
+    origins, horizons = model.pairs(task)
+    pairs = as_pairs(origins, horizons)
+    assert len(set(pairs)) == len(pairs) == 8000 and set(pairs) <= brute_force_pairs(600, 50, 31)
+    assert as_pairs(*model.pairs(task)) == pairs  # the same task draws the same pairs
+    # and a short one: every pair
+    short, _ = linear_task(rng, context=100, horizon=20)
+    assert set(as_pairs(*model.pairs(short))) == brute_force_pairs(100, 20, 31)
+    assert model.pairs(short)[0].size == 1170
+
+
+def test_a_history_too_short_for_any_pair_is_a_clear_error(rng):
+    task, _ = linear_task(rng, context=32, horizon=5)
+    with pytest.raises(ValueError, match="too short .* at least 33 steps"):
+        TunedPairs().predict([task])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    context=st.integers(1, 260),
+    horizon=st.integers(1, 120),
+    rows=st.integers(1, 2500),
+    first=st.sampled_from([0, 31, 47]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_drawn_pairs_are_distinct_feasible_and_as_many_as_possible(
+    context, horizon, rows, first, seed
+):
+    expected = brute_force_pairs(context, horizon, first)
+    if not expected:
+        with pytest.raises(ValueError, match="too short"):
+            draw_pairs(context, horizon, rows, np.random.default_rng(seed), first)
+        return
+    origins, horizons = draw_pairs(context, horizon, rows, np.random.default_rng(seed), first)
+    pairs = as_pairs(origins, horizons)
+    assert origins.dtype == horizons.dtype == np.int64
+    assert len(pairs) == len(set(pairs)) == min(rows, len(expected))
+    assert set(pairs) <= expected
+    again = draw_pairs(context, horizon, rows, np.random.default_rng(seed), first)
+    assert pairs == as_pairs(*again)
+
+
+def test_target_lags_add_the_last_targets_at_the_origin_as_columns(rng):
+    task, _ = linear_task(rng, noise=0.5, context=300, horizon=20)
+    y = task.history_target
+    z = np.concatenate([task.history_covariates, task.future_covariates], axis=1).T
+    origins, horizons = np.array([31, 50, 99, 299]), np.array([1, 5, 3, 20])
+    base = TunedPairs().feature_matrix(z, y, origins, horizons)
+    assert base.shape == (4, 4 * 2 + 3 + 1)
+    for lags in (1, 2, 5, 32):
+        model = TunedPairs(target_lags=lags)
+        matrix = model.feature_matrix(z, y, origins, horizons)
+        assert matrix.shape == (4, base.shape[1] + lags)
+        np.testing.assert_array_equal(matrix[:, : base.shape[1]], base)
+        expected = [[y[o - j] for j in range(lags)] for o in origins]  # y_t, y_{t-1}, …
+        np.testing.assert_array_equal(matrix[:, base.shape[1] :], expected)
+    assert TunedPairs(features=(), target_lags=3).feature_matrix(z, y, origins, horizons)[
+        1
+    ].tolist() == [y[50], y[49], y[48]]
+    # lags longer than the target window move the first origin
+    model = TunedPairs(target_lags=40, max_rows=10**6)
+    assert model.first_origin == 39 and TunedPairs(target_lags=32).first_origin == 31
+    origins, _ = model.pairs(task)
+    assert origins.min() == 39
+
+
+@pytest.mark.parametrize("regressor", ["linear", "ridge", "xgboost"])
+def test_target_lags_reach_the_forecast_and_the_fingerprint(rng, regressor):
+    from whatif_bench.evaluation.forecasters import fingerprint
+
+    task, _ = linear_task(rng, noise=0.5, context=300, horizon=20)
+    plain = TunedPairs(regressor=regressor, max_rows=500)
+    lagged = TunedPairs(regressor=regressor, max_rows=500, target_lags=3)
+    a, b = plain.predict([task])[0].point, lagged.predict([task])[0].point
+    assert np.all(np.isfinite(b)) and not np.array_equal(a, b)
+    assert fingerprint(lagged)["params"]["target_lags"] == 3
+    assert fingerprint(plain)["params"]["target_lags"] == 0
+    assert fingerprint(lagged)["id"] != fingerprint(plain)["id"]
+    assert fingerprint(f"tuned-{regressor}")["params"]["target_lags"] == 0
+
+
+@pytest.mark.parametrize("regressor", ["linear", "ridge", "xgboost"])
 def test_tuned_forecasts_do_not_depend_on_batch_position(rng, regressor):
     from dataclasses import replace
 
@@ -135,6 +384,65 @@ def test_tuned_forecasts_do_not_depend_on_batch_position(rng, regressor):
     assert not np.array_equal(model.predict([renamed])[0].point, together[0])
 
 
+@pytest.fixture(scope="module")
+def corpus_batch(tmp_path_factory):
+    """A batch of real tasks, as the evaluation reads them, from a one-target corpus."""
+    from tests.conftest import small_corpus
+    from whatif_bench.generator import Corpus
+
+    path = small_corpus(tmp_path_factory.mktemp("tuned"), ("epanet/pressure_10",))
+    with Corpus(path) as corpus:
+        ids = corpus.task_ids()
+        chosen = ids[:: max(1, len(ids) // 6)][:6]
+        return path, corpus.task_inputs(chosen), [corpus[i].ground_truth() for i in chosen]
+
+
+def test_tuned_linear_forecasts_a_real_task_batch(corpus_batch):
+    _, batch, truths = corpus_batch
+    model = make_forecaster("tuned-linear")
+    assert model.name == "tuned-linear" and model.regressor == "linear"
+    forecasts = model.predict(batch)
+    assert len(forecasts) == len(batch)
+    for task, forecast, truth in zip(batch, forecasts, truths, strict=True):
+        assert forecast.point.shape == (task.prediction_length,) == truth.shape
+        assert np.all(np.isfinite(forecast.point))
+        assert model.pairs(task)[0].size == min(
+            8000, len(brute_force_pairs(task.context_length, task.prediction_length, 31))
+        )
+    again = make_forecaster("tuned-linear").predict(batch[::-1])[::-1]
+    for a, b in zip(forecasts, again, strict=True):
+        np.testing.assert_array_equal(a.point, b.point)
+    # the covariates carry the what-if effect: it beats repeating the last value
+    naive = make_forecaster("naive").predict(batch)
+    errors = [
+        [np.mean(np.abs(f.point - truth)) for f, truth in zip(fs, truths, strict=True)]
+        for fs in (forecasts, naive)
+    ]
+    assert np.mean(errors[0]) < 0.8 * np.mean(errors[1])
+
+
+@pytest.mark.slow  # evaluates the corpus's 360 tasks (about 20 s)
+def test_whatif_evaluate_accepts_tuned_linear(corpus_batch, tmp_path):
+    from tests.conftest import run_whatif
+
+    path, _, _ = corpus_batch
+    out = tmp_path / "eval"
+    done = run_whatif(
+        "evaluate",
+        str(path),
+        "--models",
+        "naive,tuned-linear",
+        "--out",
+        str(out),
+        "--subset",
+        "0.02",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "tuned-linear" in done.stdout and (out / "leaderboard.md").is_file()
+    help_text = run_whatif("evaluate", "--help").stdout
+    assert "tuned-linear" in " ".join(help_text.split())
+
+
 def test_forecasts_are_validated():
     with pytest.raises(ValueError, match="needs a point forecast or quantiles"):
         Forecast()
@@ -145,9 +453,21 @@ def test_forecasts_are_validated():
 
 
 def test_every_baseline_is_constructible_by_name():
-    assert set(BASELINES) == {"naive", "linear", "ridge", "xgboost", "tuned-ridge", "tuned-xgboost"}
+    from whatif_bench.evaluation.cli import BASELINE_NAMES, load_model
+
+    assert list(BASELINES) == [
+        "naive",
+        "linear",
+        "ridge",
+        "xgboost",
+        "tuned-linear",
+        "tuned-ridge",
+        "tuned-xgboost",
+    ]
+    assert BASELINE_NAMES == tuple(BASELINES)  # what `whatif evaluate --help` lists
     for name in BASELINES:
         assert make_forecaster(name).name == name
+        assert load_model(name) == name
     with pytest.raises(ValueError, match="unknown model 'prophet'"):
         make_forecaster("prophet")
 

@@ -109,12 +109,13 @@ def test_the_reach_names_a_covariate_left_inside_the_range():
     reach = novel_reach(inside, relationship)
     assert not reach.holds
     assert reach.inside(relationship.covariate_names[:3]) == list(relationship.covariate_names[:3])
-    assert np.all(reach.beyond == pytest.approx(np.where(reach.rises, 1 / reach.history_high, reach.history_low)))
+    assert np.all(
+        reach.beyond
+        == pytest.approx(np.where(reach.rises, 1 / reach.history_high, reach.history_low))
+    )
 
 
-def test_verify_reports_a_corpus_whose_novel_futures_stay_inside_the_range(
-    tmp_path, monkeypatch
-):
+def test_verify_reports_a_corpus_whose_novel_futures_stay_inside_the_range(tmp_path, monkeypatch):
     """A corpus drawn with the old rule (the base value not counted) is caught."""
 
     def old_rule(rng, relationship, factors):

@@ -71,6 +71,8 @@ def recipe_record(recipe: Recipe, future: str, shapes: list[str], base_values: l
         "window_start": recipe.window_start,
         "event_starts": list(recipe.layout.starts),
         "event_length": recipe.layout.event_length,
+        # the future event's own length (a Novel one lasts at most 2 H; docs/METHOD.md, section 5)
+        "future_event_length": recipe.layout.future_event_length(future),
         "directions": recipe.directions.tolist(),
         "factors": recipe.factors.tolist(),
         "replay_source": recipe.replay_source,

@@ -227,6 +227,7 @@ def describe_task(
         )
     ]
     replayed = int(recipe["replay_source"])
+    future_length = _future_event_length(recipe)
     future_factors = np.asarray(recipe["future_factors"], dtype=np.float64)
     if task.future != RESTRAINT:  # a Restraint future has no event: every factor stays 1
         events.append(
@@ -236,7 +237,7 @@ def describe_task(
                 "future",
                 f"replay of history event {replayed}" if task.future == "replay" else "novel",
                 task.context_length,
-                length,
+                future_length,
                 future_factors,
                 events[replayed]["direction"] if task.future == "replay" else "novel",
             )
@@ -277,7 +278,9 @@ def describe_task(
             for i, info in enumerate(relationship.covariates[:k])
         ],
         "events": events,
-        "effect": attribution(relationship, baseline_future, length, future_factors, per_step),
+        "effect": attribution(
+            relationship, baseline_future, future_length, future_factors, per_step
+        ),
     }
 
 
@@ -366,6 +369,12 @@ def _covariate_clause(
     )
 
 
+def _future_event_length(recipe: dict) -> int:
+    """The future event's length in steps: the recipe's ``future_event_length`` (a Novel event
+    lasts at most 2 H), else, in a recipe written without it, the history events' length."""
+    return int(recipe.get("future_event_length", recipe["event_length"]))
+
+
 def _join(clauses: list[str], separator: str) -> str:
     """``a``; ``a and b`` (``a; and b`` with ``separator="; "``); ``a<sep>b<sep>and c``."""
     if len(clauses) == 1:
@@ -391,7 +400,7 @@ def scenario_text(
     """
     recipe = task.recipe
     names = dict(names or {})
-    length = int(recipe["event_length"])
+    length = _future_event_length(recipe)
     horizon = task.prediction_length
     start = task.start + pd.Timedelta(seconds=task.context_length * task.interval_s)
     if task.future == RESTRAINT:

@@ -99,7 +99,7 @@ def test_total_effect_is_that_of_the_stored_future(described):
 
 def test_full_coalition_is_the_engine_apply_events(described):
     for task, relationship, future, _ in described[::25]:
-        length = task.recipe["event_length"]
+        length = task.recipe["future_event_length"]
         factors = np.asarray(task.recipe["future_factors"])
         effects = coalition_effects(relationship, future, length, factors)
         padded = np.zeros(max(length, future.size))
@@ -115,7 +115,7 @@ def test_unclipped_additive_shapley_is_the_term_split(described):
     for task, rel, future, description in described:
         if rel.combination != "additive" or rel.is_state():
             continue
-        length = task.recipe["event_length"]
+        length = task.recipe["future_event_length"]
         factors = np.asarray(task.recipe["future_factors"])
         schedule = EventSchedule(np.array([0]), np.array([length]), factors[None, :])
         trajectories = rel.factor_trajectories(max(length, future.size), schedule)

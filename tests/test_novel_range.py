@@ -150,3 +150,17 @@ def test_the_effect_ratio_is_relative_to_the_baseline(actual, baseline, expected
 
 def test_a_future_event_over_a_zero_baseline_fails_the_rule():
     assert future_ratio(np.full(8, 3.0), np.zeros(8), 4) == 0.0
+
+
+def test_a_tasks_recipe_records_its_future_events_length():
+    from whatif_bench.generator.corpus import recipe_record
+
+    relationship = REGISTRY.get("opendc", "cpu_usage_host-0")
+    drawn = _recipe(relationship, 2, "C1", 512, "Efew", 1)
+    shapes = [c.shape for c in relationship.covariates[:2]]
+    bases = [c.base_value for c in relationship.covariates[:2]]
+    lengths = {
+        future: recipe_record(drawn, future, shapes, bases)["future_event_length"]
+        for future in ("replay", "novel")
+    }
+    assert lengths == {"replay": 512, "novel": 256}

@@ -3,8 +3,13 @@
 
 Both give a ``Diagnostics``: one summary per target (in registry or corpus order), one row per
 pair, and every history effect. ``format_table`` prints it, ``as_dict`` is the ``--json``
-output, ``write_folder`` writes ``diagnostics.csv``, ``pairs.csv``, one PNG per simulator and
-``diagnostics.json`` (last) into a folder that appears only once complete.
+output, ``write_folder`` writes ``diagnostics.csv``, ``pairs.csv``, ``imprints.csv``, one PNG
+per simulator and ``diagnostics.json`` (last) into a folder that appears only once complete.
+
+Each target's secondary covariates' imprints (``relationships/imprints.py``; docs/METHOD.md,
+"Separable imprints") are measured on ``IMPRINT_WINDOWS`` windows of the target's own baseline
+series: ``imprints.csv``, the ``imprints`` of the JSON and the lines under the printed table
+list them (below the 10 % rule's threshold: a warning, the target is not flagged for it).
 
 - From a corpus, the recorded 10 % statistics and verdicts are used as they are; every pair is
   rebuilt from its stored recipe (to count zero-baseline and clipped steps and to replay the
@@ -37,11 +42,19 @@ from whatif_bench.generator.diagnostics import (
     summarise_target,
 )
 from whatif_bench.generator.recipe import Recipe
+from whatif_bench.generator.verification import RULE, THRESHOLD
 from whatif_bench.relationships.engine import Relationship
+from whatif_bench.relationships.imprints import COLUMNS as IMPRINT_COLUMNS
+from whatif_bench.relationships.imprints import measure, series_windows
 
 MARKER = "diagnostics.json"  # written last: a folder holding it is a finished report
 FLAG_RULE = (
     f"flagged when the median Novel margin over the kept pairs is below {MARGIN_THRESHOLD:g}"
+)
+IMPRINT_WINDOWS = 16  # windows of each baseline series the imprints are measured on
+IMPRINT_RULE = (
+    f"a secondary covariate is below when its own effect at the history pool's extreme factor "
+    f"(median over {IMPRINT_WINDOWS} windows of the baseline) cannot reach the {RULE}"
 )
 WorkItem = tuple[Relationship, np.ndarray, list[Recipe], list | None]
 
@@ -54,12 +67,14 @@ class DiagnosticsError(WhatIfError):
 class Diagnostics:
     """The report: ``targets`` (one summary dict each), ``pairs`` (one row per pair, columns
     ``diagnostics.PAIR_COLUMNS``), ``history_effects`` ((simulator, target) -> every history
-    event's effect) and ``source`` (where the pairs came from)."""
+    event's effect), ``source`` (where the pairs came from) and ``imprints`` (one dict per
+    (target, K, secondary covariate), keys ``imprints.COLUMNS``)."""
 
     source: dict
     targets: list[dict] = field(default_factory=list)
     pairs: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(PAIR_COLUMNS)))
     history_effects: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    imprints: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         """The JSON report (``--json``, ``diagnostics.json``). JSON has no infinity: an
@@ -72,11 +87,18 @@ class Diagnostics:
                 "threshold": MARGIN_THRESHOLD,
                 "flag_rule": FLAG_RULE,
                 "targets": self.targets,
+                "imprint_threshold": THRESHOLD,
+                "imprint_rule": IMPRINT_RULE,
+                "imprints": self.imprints,
             }
         )
 
     def flagged(self) -> list[dict]:
         return [t for t in self.targets if t["flagged"]]
+
+    def weak_imprints(self) -> list[dict]:
+        """The imprints below the threshold."""
+        return [i for i in self.imprints if i["measurable"] is False]
 
 
 def _json_safe(value: Any) -> Any:
@@ -262,6 +284,9 @@ def run(items: list[WorkItem], source: dict, jobs: int = 1, progress: bool = Tru
             report.history_effects[key] = effects
             report.targets.append(summarise_target(relationship, pairs, effects))
             bar.update(len(recipes))
+    for relationship, series, _, _ in items:  # a few engine calls per target, here
+        windows = series_windows(series, IMPRINT_WINDOWS)
+        report.imprints += [i.as_dict() for i in measure(relationship, windows)]
     if frames:
         report.pairs = pd.concat(frames, ignore_index=True)
     return report
@@ -336,6 +361,7 @@ TABLE_COLUMNS = (
     ("amp", ">", 5),
     ("margin", ">", 6),
     ("<0.1", ">", 5),
+    ("beyond", ">", 6),
     ("cover", ">", 5),
     ("y=0", ">", 5),
     ("bound", ">", 5),
@@ -360,6 +386,7 @@ def table_rows(report: Diagnostics) -> list[list[str]]:
                 _number(t["novel_amplification"]["p50"]),
                 _number(t["novel_margin"]["p50"], 3),
                 _share(t["margin_below_threshold"]),
+                _number(t["novel_beyond"]["p10"]),
                 _share(t["coverage"]),
                 _share(t["zero_baseline_share"]),
                 _share(t["at_bound_share"]),
@@ -391,7 +418,9 @@ def format_table(report: Diagnostics) -> str:
         "hist, replay, novel: median effect (mean |y'-y| / mean |y| over the event); amp: "
         "median Novel effect / largest history effect (kept pairs); margin: median distance of "
         "the Novel future from the nearest history response, over mean |y| (kept pairs); <0.1: "
-        f"kept pairs whose margin is below {MARGIN_THRESHOLD:g}; cover: the future event's mean "
+        f"kept pairs whose margin is below {MARGIN_THRESHOLD:g}; beyond: 10th percentile over "
+        "kept pairs of how far the Novel covariates go beyond the history's range (the least "
+        "of the K; above 1: beyond); cover: the future event's mean "
         "share of the prediction window; y=0, bound: event steps with a zero baseline, with the "
         "target at a clip bound (-: no clip window). docs/DIAGNOSTICS.md defines each."
     )
@@ -399,7 +428,49 @@ def format_table(report: Diagnostics) -> str:
     if flagged:
         summary += ": " + ", ".join(f"{t['simulator']}/{t['target']}" for t in flagged)
     lines += ["", *textwrap.wrap(legend, 100), *textwrap.wrap(summary, 100)]
-    return "\n".join(lines)
+    return "\n".join([*lines, *imprint_lines(report)])
+
+
+def _k_ranges(ks: list[int]) -> str:
+    """``[2, 3, 4, 5]`` -> ``"K2-5"``; ``[2, 4]`` -> ``"K2,4"``."""
+    runs: list[list[int]] = []
+    for k in sorted(ks):
+        if runs and k == runs[-1][-1] + 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return "K" + ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+
+
+def imprint_lines(report: Diagnostics) -> list[str]:
+    """The imprint warnings under the table: how many (secondary covariate, K) are below the
+    threshold and, per target with any, its covariates and the Ks where they are."""
+    if not report.imprints:
+        return []
+    weak = report.weak_imprints()
+    lines = [
+        "",
+        *textwrap.wrap(
+            f"imprints: {len(weak)} of {len(report.imprints)} (secondary covariate, K) below "
+            f'({IMPRINT_RULE}; imprints.csv has every figure; docs/METHOD.md, "Separable '
+            'imprints")' + (":" if weak else ""),
+            100,
+        ),
+    ]
+    by_target: dict[str, dict[str, list[int]]] = {}
+    for imprint in weak:
+        name = f"{imprint['simulator']}/{imprint['target']}"
+        by_target.setdefault(name, {}).setdefault(imprint["covariate"], []).append(imprint["k"])
+    for name, covariates in by_target.items():
+        text = ", ".join(f"{c} {_k_ranges(ks)}" for c, ks in covariates.items())
+        lines += textwrap.wrap(f"{name}: {text}", 100, subsequent_indent="    ")
+    return lines
+
+
+def imprints_frame(report: Diagnostics) -> pd.DataFrame:
+    """``imprints.csv``: one row per (target, K, secondary covariate), columns
+    ``imprints.COLUMNS`` (ratios: 0.05 is 5 %); a missing figure is an empty cell."""
+    return pd.DataFrame(report.imprints, columns=list(IMPRINT_COLUMNS))
 
 
 def targets_frame(report: Diagnostics) -> pd.DataFrame:
@@ -443,7 +514,8 @@ def write_folder(
 ) -> Path:
     """Write the report's folder under a temporary name and rename it into place when complete
     (an earlier report there is replaced only then): ``diagnostics.csv``, ``pairs.csv``,
-    ``plots/<simulator>.png``, ``plots/overview.png`` and, last, ``diagnostics.json``."""
+    ``imprints.csv``, ``plots/<simulator>.png``, ``plots/overview.png`` and, last,
+    ``diagnostics.json``."""
     from whatif_bench.generator.diagnostics_plot import plot_overview, plot_simulator
     from whatif_bench.outputs import atomic_folder
 
@@ -453,6 +525,7 @@ def write_folder(
         (tmp / "plots").mkdir()
         targets_frame(report).to_csv(tmp / "diagnostics.csv", index=False)
         report.pairs.to_csv(tmp / "pairs.csv", index=False)
+        imprints_frame(report).to_csv(tmp / "imprints.csv", index=False)
         for simulator in dict.fromkeys(t["simulator"] for t in report.targets):
             plot_simulator(report, simulator, tmp / "plots" / f"{simulator}.png")
         if report.targets:

@@ -38,9 +38,9 @@ def _output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         metavar="DIR",
-        help="also write diagnostics.csv, pairs.csv, plots/*.png and diagnostics.json to this "
-        "folder; it appears only once complete, and an earlier diagnostics folder there is "
-        "replaced (default: none, print only)",
+        help="also write diagnostics.csv, pairs.csv, imprints.csv, plots/*.png and "
+        "diagnostics.json to this folder; it appears only once complete, and an earlier "
+        "diagnostics folder there is replaced (default: none, print only)",
     )
     parser.add_argument(
         "--json",

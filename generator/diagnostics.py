@@ -21,6 +21,10 @@ statistic ``effect(a, y) = mean |a - y| / mean |y|`` of ``generator/verification
   where ``r`` runs over "no event" (``y'_r = y``) and every history event replayed at the first
   forecast step (``y'_r``: the future that event's factors would give): how far the Novel future
   lies from the nearest response the history showed, in units of the baseline level;
+- ``novel_beyond``: how far the Novel future's covariates go beyond the range their history
+  showed (``generator/novel_range.py``), the smallest over the task's K covariates: the furthest
+  Novel factor inside the window over the history's largest factor (a covariate pushed up) or
+  the history's smallest over it (pushed down); > 1 is beyond the range, 2 twice as far from 0;
 - ``coverage``: ``min(l, H) / H``, the share of the prediction window the future event covers;
 - ``event_steps``, ``zero_baseline_steps``, ``bound_steps``: the steps of the pair's tasks that
   events touch (every history event window, and the future span once per future type), how
@@ -36,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from whatif_bench.generator.materialise import _future, materialise
+from whatif_bench.generator.novel_range import novel_reach
 from whatif_bench.generator.recipe import Recipe
 from whatif_bench.generator.sweep import PairResult
 from whatif_bench.generator.verification import THRESHOLD, future_ratio, history_ratios
@@ -64,6 +69,7 @@ PAIR_COLUMNS = (
     "novel_effect",
     "novel_amplification",
     "novel_margin",
+    "novel_beyond",
     "coverage",
     "event_steps",
     "zero_baseline_steps",
@@ -75,12 +81,12 @@ def relative_change(actual: np.ndarray, other: np.ndarray, baseline: np.ndarray)
     """``mean |actual - other| / mean |baseline|``, with the 10 % statistic's zero convention.
 
     With ``other = baseline`` this is ``verification.effect_ratio``: a window whose baseline is
-    0 throughout gives ``inf`` if the two differ, else 0.
+    0 throughout has no relative change, 0.
     """
     change = float(np.mean(np.abs(actual - other)))
     level = float(np.mean(np.abs(baseline)))
     if level == 0.0:
-        return math.inf if change > 0.0 else 0.0
+        return 0.0
     return change / level
 
 
@@ -178,6 +184,7 @@ def diagnose_pair(
         "novel_effect": float(novel_effect),
         "novel_amplification": amplification(float(novel_effect), effects),
         "novel_margin": novel_margin(relationship, recipe, ahead, novel),
+        "novel_beyond": float(novel_reach(recipe, relationship).beyond.min()),
         "coverage": span / layout.prediction,
         "event_steps": int(steps.size + 2 * span),
         "zero_baseline_steps": zero,
@@ -238,8 +245,10 @@ def summarise_target(relationship: Relationship, pairs: pd.DataFrame, effects: n
     """The target's report line (JSON-able) from its pair rows and history effects.
 
     Pass rate, drop reasons, effect sizes, coverage and the step shares are over every
-    generated pair; the Novel amplification, the Novel margin and the flag over the kept pairs
-    (the pairs that make tasks).
+    generated pair; the Novel amplification, the Novel margin, how far beyond the history's
+    range the Novel covariates go (``novel_beyond``; ``novel_inside`` counts kept pairs not
+    beyond it, 0 when the method holds) and the flag over the kept pairs (the pairs that make
+    tasks).
     """
     kept = pairs[pairs["kept"]]
     n_pairs, n_kept = len(pairs), len(kept)
@@ -266,6 +275,8 @@ def summarise_target(relationship: Relationship, pairs: pd.DataFrame, effects: n
         "novel_amplification": quantiles(kept["novel_amplification"].to_numpy()),
         "novel_margin": quantiles(margins),
         "margin_below_threshold": (float(np.mean(margins < MARGIN_THRESHOLD)) if n_kept else None),
+        "novel_beyond": quantiles(kept["novel_beyond"].to_numpy()),
+        "novel_inside": int((kept["novel_beyond"] <= 1.0).sum()),
         "coverage": float(pairs["coverage"].mean()) if n_pairs else None,
         "zero_baseline_share": (
             int(pairs["zero_baseline_steps"].sum()) / event_steps if event_steps else None

@@ -80,6 +80,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument(
         "--json", action="store_true", help="machine-readable output (default: text)"
     )
+    check.add_argument(
+        "--imprints",
+        choices=("below", "all", "none"),
+        default="below",
+        help='secondary covariates\' imprints to list (docs/METHOD.md, "Separable imprints"): '
+        "below, those whose own effect cannot reach the 10 %% rule (warnings: the exit status "
+        "stays that of the rules); all, every (target, K, covariate) with its figures; none, "
+        "not measured (default: %(default)s)",
+    )
     check.set_defaults(handler=_check)
 
     plot = sub.add_parser(
@@ -199,13 +208,15 @@ def _check(args: argparse.Namespace) -> int:
     wanted = None
     if args.files:
         wanted = _relationships_of_files(args.files)
-    report = check_registry(registry, only=wanted, timeout=args.timeout)
+    report = check_registry(
+        registry, only=wanted, timeout=args.timeout, imprints=args.imprints != "none"
+    )
     if args.json:
-        json.dump(report.as_dict(), sys.stdout, indent=1)
+        json.dump(report.as_dict(args.imprints), sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        print(report.format())
-    return 0 if report.ok else 1
+        print(report.format(args.imprints))
+    return 0 if report.ok else 1  # imprint warnings leave the status alone
 
 
 def _relationships_of_files(files: list[str]) -> set[tuple[str, str]]:

@@ -57,9 +57,9 @@ def clean_failure(result, message, code=1):
 
 # ---- hand computations ----------------------------------------------------------------
 def _stat(actual, other, baseline) -> float:
-    """mean |actual - other| / mean |baseline|; inf (or 0 when equal) for a zero baseline."""
+    """mean |actual - other| / mean |baseline|; 0 for a zero baseline (no relative change)."""
     change, level = np.mean(np.abs(actual - other)), np.mean(np.abs(baseline))
-    return float(change / level) if level else (math.inf if change else 0.0)
+    return float(change / level) if level else 0.0
 
 
 def _trajectories(relationship, k, n_steps, starts, length, factors) -> np.ndarray:
@@ -91,12 +91,18 @@ def _by_hand(corpus, relationship, row, event_ratios) -> dict:
     padded = np.zeros(max(length, horizon))
     padded[:horizon] = ahead
 
-    def future(factors):
-        matrix = _trajectories(relationship, k, padded.size, [0], length, np.asarray([factors]))
+    def future(factors, event_length=length):
+        matrix = _trajectories(
+            relationship, k, padded.size, [0], event_length, np.asarray([factors])
+        )
         return relationship.evaluate_reference(padded, matrix)[:horizon]
 
     span = min(length, horizon)
-    replay, novel = future(recipe.replay_factors), future(recipe.novel_factors)
+    # a Novel event lasts at most two prediction windows (docs/METHOD.md, section 5)
+    replay, novel = (
+        future(recipe.replay_factors),
+        future(recipe.novel_factors, min(length, 2 * horizon)),
+    )
     steps = np.concatenate([np.arange(s, s + length) for s in recipe.layout.starts])
     # the rebuilt pair reproduces the file's own 10 % statistics
     for s, stored in zip(recipe.layout.starts, event_ratios, strict=True):
@@ -213,6 +219,28 @@ def test_the_corpus_exercises_every_diagnostic(report):
     assert 0 < report.pairs["kept"].sum() < len(report.pairs)
 
 
+def test_the_report_measures_every_imprint_on_the_corpus_baselines(corpus_path, report, registry):
+    from whatif_bench.generator.diagnose import format_table
+    from whatif_bench.relationships.imprints import measure, series_windows
+
+    with Corpus(corpus_path) as corpus:
+        expected = [
+            i.as_dict()
+            for name in TARGETS
+            for i in measure(
+                registry.get(*name.split("/")),
+                series_windows(corpus.baseline(*name.split("/")), 16),
+            )
+        ]
+    assert report.imprints == expected
+    weak = report.weak_imprints()
+    assert weak == [i for i in expected if i["measurable"] is False]
+    text = format_table(report)
+    assert f"imprints: {len(weak)} of 30 (secondary covariate, K) below" in text
+    for name in {f"{i['simulator']}/{i['target']}" for i in weak}:
+        assert f"\n{name}: " in text
+
+
 def test_a_spec_diagnosis_draws_the_pairs_generate_draws(report, registry):
     relationships = [registry.get(*name.split("/")) for name in TARGETS]
     drawn = diagnose_relationships(relationships, seed=0, progress=False)
@@ -268,6 +296,10 @@ def test_cli_round_trip(corpus_path, report, tmp_path):
         [t["novel_margin"]["p50"] for t in report.targets]
     )
     assert len(pd.read_csv(out / "pairs.csv")) == 600
+    imprints = pd.read_csv(out / "imprints.csv")
+    assert len(imprints) == len(report.imprints) == 30  # 3 targets, K = 2..5: 10 each
+    assert imprints["reach"].to_numpy() == pytest.approx([i["reach"] for i in report.imprints])
+    assert printed["imprints"] == json.loads(json.dumps(report.as_dict()))["imprints"]
     for name in ("gridlabd", "epanet", "overview"):
         png = (out / "plots" / f"{name}.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
@@ -453,6 +485,6 @@ def test_the_report_folder_is_the_same_byte_for_byte_whatever_the_workers(
     two = write_folder(diagnose_corpus(corpus_path, jobs=2, progress=False), tmp_path / "two")
     files = sorted(p.relative_to(one).as_posix() for p in one.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(two).as_posix() for p in two.rglob("*") if p.is_file())
-    assert len(files) == 6  # two CSVs, the JSON, a plot per simulator (two) and the overview
+    assert len(files) == 7  # three CSVs, the JSON, a plot per simulator (two) and the overview
     for name in files:
         assert (one / name).read_bytes() == (two / name).read_bytes(), name

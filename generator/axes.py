@@ -289,6 +289,8 @@ class HistoryLayout:
         """
         if future == "novel":
             return min(self.event_length, NOVEL_REACH * self.prediction)
+        if future == RESTRAINT:  # no event: every covariate stays at its base value
+            return 0
         return self.event_length
 
 

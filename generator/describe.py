@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from whatif_bench.generator.axes import RESTRAINT
+from whatif_bench.generator.axes import NOVEL_REACH, RESTRAINT
 from whatif_bench.relationships.engine import EventSchedule, Relationship
 
 SCHEMA = "whatif-task-description/1"
@@ -227,7 +227,7 @@ def describe_task(
         )
     ]
     replayed = int(recipe["replay_source"])
-    future_length = _future_event_length(recipe)
+    future_length = _future_event_length(task)
     future_factors = np.asarray(recipe["future_factors"], dtype=np.float64)
     if task.future != RESTRAINT:  # a Restraint future has no event: every factor stays 1
         events.append(
@@ -278,8 +278,9 @@ def describe_task(
             for i, info in enumerate(relationship.covariates[:k])
         ],
         "events": events,
+        # a Restraint future has no event (length 0): its factors of 1 give no effect anyway
         "effect": attribution(
-            relationship, baseline_future, future_length, future_factors, per_step
+            relationship, baseline_future, future_length or length, future_factors, per_step
         ),
     }
 
@@ -369,10 +370,15 @@ def _covariate_clause(
     )
 
 
-def _future_event_length(recipe: dict) -> int:
-    """The future event's length in steps: the recipe's ``future_event_length`` (a Novel event
-    lasts at most 2 H), else, in a recipe written without it, the history events' length."""
-    return int(recipe.get("future_event_length", recipe["event_length"]))
+def _future_event_length(task) -> int:
+    """The future event's length in steps: the recipe's ``future_event_length``, else (a recipe
+    written without it) what the method gives: ``min(l, 2 H)`` for a Novel event, ``l`` for a
+    Replay one (docs/METHOD.md, section 5)."""
+    recipe = task.recipe
+    if "future_event_length" in recipe:
+        return int(recipe["future_event_length"])
+    length = int(recipe["event_length"])
+    return min(length, NOVEL_REACH * task.prediction_length) if task.future == "novel" else length
 
 
 def _join(clauses: list[str], separator: str) -> str:
@@ -400,7 +406,7 @@ def scenario_text(
     """
     recipe = task.recipe
     names = dict(names or {})
-    length = _future_event_length(recipe)
+    length = _future_event_length(task)
     horizon = task.prediction_length
     start = task.start + pd.Timedelta(seconds=task.context_length * task.interval_s)
     if task.future == RESTRAINT:

@@ -16,7 +16,7 @@ statistic ``effect(a, y) = mean |a - y| / mean |y|`` of ``generator/verification
 - ``history_effects`` (E,): the statistic of each history event over its own window;
 - ``replay_effect``, ``novel_effect``: the statistic of each future event over its span (the
   part of the event inside the prediction window, ``min(l, H)`` steps);
-- ``novel_amplification``: ``novel_effect / max(history_effects)`` (NaN for 0/0 and inf/inf);
+- ``novel_amplification``: ``novel_effect / max(history_effects)`` (NaN for 0/0);
 - ``novel_margin``: ``min over r of mean |y'_novel - y'_r| / mean |y|`` over the future span,
   where ``r`` runs over "no event" (``y'_r = y``) and every history event replayed at the first
   forecast step (``y'_r``: the future that event's factors would give): how far the Novel future
@@ -24,7 +24,8 @@ statistic ``effect(a, y) = mean |a - y| / mean |y|`` of ``generator/verification
 - ``novel_beyond``: how far the Novel future's covariates go beyond the range their history
   showed (``generator/novel_range.py``), the smallest over the task's K covariates: the furthest
   Novel factor inside the window over the history's largest factor (a covariate pushed up) or
-  the history's smallest over it (pushed down); > 1 is beyond the range, 2 twice as far from 0;
+  the history's smallest over it (pushed down); > 1 is beyond the range; 2: a reach of twice
+  the history's largest factor, or half its smallest;
 - ``coverage``: ``min(l, H) / H``, the share of the prediction window the future event covers;
 - ``event_steps``, ``zero_baseline_steps``, ``bound_steps``: the steps of the pair's tasks that
   events touch (every history event window, and the future span once per future type), how
@@ -91,9 +92,9 @@ def relative_change(actual: np.ndarray, other: np.ndarray, baseline: np.ndarray)
 
 
 def amplification(novel_effect: float, history_effects: np.ndarray) -> float:
-    """``novel_effect / max(history_effects)`` as floating-point division: infinite when only
-    the numerator is infinite or the denominator is 0; NaN (undefined, left out of the
-    summaries) for 0 / 0 and inf / inf."""
+    """``novel_effect / max(history_effects)`` as floating-point division: infinite when the
+    denominator is 0 and the numerator is not; NaN (undefined, left out of the summaries) for
+    0 / 0. (Effects are finite: a zero baseline gives 0.)"""
     with np.errstate(divide="ignore", invalid="ignore"):
         return float(np.float64(novel_effect) / np.max(history_effects))
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
+# the history's factors include the base value 1 (generator/recipe.py, _novel_factors)
 NOVEL_OFFSET = (5.0, 12.0)  # direct covariate: largest history factor + U[5, 12]
 NOVEL_SCALE = (0.1, 0.5)  # inverse covariate: smallest history factor * U[0.1, 0.5]
-# The smallest factor a history pool may hold. Relationships are checked down to about 0.01
-# (with the Novel scale, 0.001); and above it a Novel future provably lies beyond its history's
-# range even where the window shortens a long Novel bell (docs/METHOD.md, section 5).
+# The range a history pool's factors must lie in. Within it a Novel future provably lies beyond
+# its history's range for every allowed window, a shortened Novel bell included (the bound and
+# its proof: generator/novel_range.py); relationships are checked down to about 0.01.
 MIN_POOL_FACTOR = 0.01
+MAX_POOL_FACTOR = 1000.0
 
 
 def factor_bounds(pool: tuple[float, ...]) -> tuple[float, float]:

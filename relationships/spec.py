@@ -21,7 +21,7 @@ from typing import Any
 from whatif_bench.errors import SpecError
 from whatif_bench.outputs import is_safe_name
 from whatif_bench.relationships.forms import EFFECTS, FORMS
-from whatif_bench.relationships.ranges import MIN_POOL_FACTOR
+from whatif_bench.relationships.ranges import MAX_POOL_FACTOR, MIN_POOL_FACTOR
 from whatif_bench.relationships.shapes import SHAPE_CODES
 
 DIRECTIONS = ("direct", "inverse")
@@ -365,14 +365,14 @@ def parse_spec(
             and not isinstance(v, bool)
             and MIN_POOL_FACTOR
             <= _int_to_float(v, lambda m: header.error("history_pool", m))
-            < math.inf
+            <= MAX_POOL_FACTOR
             and v != 1
             for v in pool
         ):
             raise header.error(
                 "history_pool",
-                f"must be a non-empty list of positive factors != 1 (finite, at least "
-                f"{MIN_POOL_FACTOR:g}), got {pool!r}",
+                f"must be a non-empty list of factors != 1 between {MIN_POOL_FACTOR:g} and "
+                f"{MAX_POOL_FACTOR:g}, got {pool!r}",
             )
         history_pool = tuple(sorted(float(v) for v in pool))
         only_increase = header.get("only_increase", bool, False)

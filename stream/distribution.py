@@ -15,7 +15,7 @@ import numpy as np
 
 from whatif_bench.errors import WhatIfError
 from whatif_bench.generator import axes
-from whatif_bench.relationships.ranges import MIN_POOL_FACTOR
+from whatif_bench.relationships.ranges import MAX_POOL_FACTOR, MIN_POOL_FACTOR
 
 
 class DistributionError(WhatIfError, ValueError):
@@ -39,8 +39,9 @@ class AxisDistribution:
 
     ``window_start`` is a ``(low, high)`` pair of fractions of the feasible starts, e.g.
     ``(0.5, 1.0)`` draws windows from the later half of each baseline. ``history_pool``, when
-    given, replaces every relationship's pool of history factors (positive, finite values; a pool
-    needs values above and below 1 for targets that can move both ways).
+    given, replaces every relationship's pool of history factors (values between 0.01 and 1000,
+    as in a spec file; a pool needs values above and below 1 for targets that can move both
+    ways).
     """
 
     futures: Mapping[str, float] = field(default_factory=lambda: _uniform(axes.FUTURES))
@@ -80,10 +81,11 @@ class AxisDistribution:
                 or pool.size == 0
                 or not np.all(np.isfinite(pool))
                 or np.any(pool < MIN_POOL_FACTOR)
+                or np.any(pool > MAX_POOL_FACTOR)
             ):
                 raise DistributionError(
-                    f"history_pool must be positive finite factors of at least "
-                    f"{MIN_POOL_FACTOR:g}, got {self.history_pool}"
+                    f"history_pool must be positive finite factors between "
+                    f"{MIN_POOL_FACTOR:g} and {MAX_POOL_FACTOR:g}, got {self.history_pool}"
                 )
             if not (np.any(pool > 1.0) and np.any(pool < 1.0)):
                 raise DistributionError("history_pool needs factors both above and below 1")

@@ -23,7 +23,7 @@ from whatif_bench.generator.corpus import Task
 from whatif_bench.generator.writer import CHUNK
 
 FORMAT = "whatif-stream-shard"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: tasks of the paper's method (corpus format 2), future_event_length
 # (column, kind): one row per task in /tasks
 TEXT_COLUMNS = (
     "task_id",

@@ -277,6 +277,7 @@ class SlotBatch:
             "window_start": window_start,
             "event_starts": list(layout.starts),
             "event_length": length,
+            "future_event_length": layout.future_event_length(future),
             "directions": self.directions[i, :n_events].tolist(),
             "factors": factors.tolist(),
             "replay_source": replay_source,

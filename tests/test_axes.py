@@ -69,7 +69,8 @@ def test_the_contexts_the_paper_reports_for_512_step_events(lengths, events, ext
     assert layout.context == extended
 
 
-def test_opendc_c4_is_the_one_the_paper_extends():
+def test_opendcs_own_c4_grows_to_the_papers_7504():
+    """The spec header's C4 (not only the literal pair above) is the one the paper extends."""
     assert axes.layout(*C4["opendc"], 512, "Emax").context == 7504
 
 

@@ -346,7 +346,8 @@ def test_scenario_text_joins_many_covariates_and_says_when_cut(registry):
     text = scenario_text(task, rel)
     assert text.startswith("From 2024-02-05 14:00, core speed is set to 2 times")
     assert "; and load is set to 0.8 times its base value (40 % instead of 50 %)" in text
-    assert "fan is set to 3 times its base value (3 instead of 1) for 5 hours;" in text
+    # a Novel event lasts min(l, 2 H) = 48 steps: 4 hours, still longer than the window
+    assert "fan is set to 3 times its base value (3 instead of 1) for 4 hours;" in text
     assert "then returns" not in text  # the event outlasts the 2-hour window
     assert "longer than the 2 hours forecast window" in text
     assert text.endswith("the covariates' effects combine additively.")

@@ -259,7 +259,8 @@ def tau_first_pairs(context: int, horizon: int, rows: int, first: int):
     return origins, horizons
 
 
-def test_the_horizon_first_test_rejects_drawing_the_origin_first():
+def test_the_horizon_first_statistics_would_catch_an_origin_first_sampler():
+    """The power of the test above: its statistics reject the old sampler (tau first)."""
     origins, horizons = tau_first_pairs(400, 300, 3000, 31)
     per_band = np.bincount((horizons - 1) // 30, minlength=10)
     assert per_band[0] > 3 * per_band[-1]

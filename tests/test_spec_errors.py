@@ -144,7 +144,7 @@ def _assert_edit_is_reported(tmp_path, old, new, message):
         (
             "history_pool = [0.5, 2]",
             "history_pool = [1, 2]",
-            r"field 'history_pool': must be a non-empty list of positive factors != 1",
+            r"field 'history_pool': must be a non-empty list of factors != 1 between 0.01 and 1000",
         ),
         (
             "history_pool = [0.5, 2]",
@@ -251,7 +251,8 @@ BIG = "9" * 400
         ),
         ("history_pool = [0.5, 2]", "history_pool = [0.5, inf]", r"field 'history_pool'"),
         ("history_pool = [0.5, 2]", "history_pool = [0.5, nan]", r"field 'history_pool'"),
-        ("history_pool = [0.5, 2]", "history_pool = [0.005, 2]", r"at least 0.01"),
+        ("history_pool = [0.5, 2]", "history_pool = [0.005, 2]", r"between 0.01 and 1000"),
+        ("history_pool = [0.5, 2]", "history_pool = [0.5, 1001]", r"between 0.01 and 1000"),
         ("history_pool = [0.5, 2]", f"history_pool = [0.5, {BIG}]", r"field 'history_pool'"),
         (
             "params = { exponent = 0.5 }",

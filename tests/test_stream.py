@@ -236,7 +236,8 @@ def test_bad_stream_arguments_are_refused(sources, kwargs, error, message):
         ({"window_start": (-0.1, 1.0)}, "0 <= low <= high <= 1"),
         ({"history_pool": (1.5, 2.0)}, "both above and below 1"),
         ({"history_pool": (0.5, float("inf"))}, "positive finite"),
-        ({"history_pool": (0.001, 2.0)}, "at least 0.01"),
+        ({"history_pool": (0.001, 2.0)}, "between 0.01 and 1000"),
+        ({"history_pool": (0.5, 2000.0)}, "between 0.01 and 1000"),
         ({"history_pool": (0.0, 2.0)}, "positive finite"),
     ],
 )

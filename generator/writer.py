@@ -71,6 +71,8 @@ def axes_description(registry, futures: tuple[str, ...] | None = None) -> dict:
         "min_gap": axes.MIN_GAP,
         "prefix_share": axes.PREFIX_SHARE,
         "buffer_share": axes.BUFFER_SHARE,
+        "usable_percent": axes.USABLE_PERCENT,
+        "novel_event_windows": axes.NOVEL_REACH,
         "novel_offset": list(NOVEL_OFFSET),
         "novel_scale": list(NOVEL_SCALE),
         "threshold": THRESHOLD,

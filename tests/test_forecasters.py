@@ -456,16 +456,8 @@ def test_forecasts_are_validated():
 def test_every_baseline_is_constructible_by_name():
     from whatif_bench.evaluation.cli import BASELINE_NAMES, load_model
 
-    assert list(BASELINES) == [
-        "naive",
-        "linear",
-        "ridge",
-        "xgboost",
-        "tuned-linear",
-        "tuned-ridge",
-        "tuned-xgboost",
-    ]
     assert BASELINE_NAMES == tuple(BASELINES)  # what `whatif evaluate --help` lists
+    assert {"linear", "tuned-linear", "tuned-ridge", "tuned-xgboost"} <= set(BASELINES)
     for name in BASELINES:
         assert make_forecaster(name).name == name
         assert load_model(name) == name

@@ -72,7 +72,9 @@ def test_covariates_are_base_value_times_factor(registry):
         6000.0
     )  # coreSpeed bell peaks at the centre: 3000 MHz x 2
     assert values[0, 9] == 3000.0 and values[0, 71] == 3000.0
-    assert np.all(values[2, 10:71] == 64.0)  # coreCount_host-0 is third: 16 cores x 4, a step
+    assert relationship.covariate_names[1:3] == ("coreCount_host-0", "memorySize_host-0")
+    assert np.all(values[1, 10:71] == 16.0)  # coreCount_host-0 at factor 1: its 16 cores
+    assert np.all(values[2, 10:71] == 256.0)  # memorySize_host-0 is third: 64 GiB x 4, a step
 
 
 def test_constant_factor_dictionary_defaults_k_to_the_last_named_covariate(registry):

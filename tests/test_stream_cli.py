@@ -148,7 +148,7 @@ def test_a_file_that_is_not_a_shard_is_refused(shards, tmp_path):
         next(read_shard(shards / "data" / "shard-00000.parquet"))
     with h5py.File(tmp_path / "other.h5", "w") as h5:
         h5.attrs["format"] = "whatif-corpus"
-    with pytest.raises(ShardError, match="not a whatif-stream-shard version 1 file"):
+    with pytest.raises(ShardError, match="not a whatif-stream-shard version 2 file"):
         next(read_shard(tmp_path / "other.h5"))
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -133,6 +134,8 @@ class GluonTSForecaster:
         self.name = name
         self.predictor = predictor
         self._built: dict[tuple[int, str], Any] = {}
+        if "gluonts" in sys.modules:  # (a predictor was made): import what predict needs now,
+            _import_gluonts()  # once, not in every forked child process that runs a batch
 
     def params(self) -> dict:
         return {"predictor": _identity(self.predictor)}

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
-from whatif_bench.cli_types import seed_int
+from whatif_bench.cli_types import MAX_WAIT_S, seed_int
 from whatif_bench.errors import WhatIfError
 
 
@@ -75,7 +75,42 @@ def add_arguments(subparsers) -> None:
             "Restraint (no covariate moves) futures; writes relational.parquet"
         ),
     )
+    parser.add_argument(
+        "--model-timeout",
+        type=model_timeout,
+        default=DEFAULT_MODEL_TIMEOUT_S,
+        metavar="SECONDS",
+        help=(
+            "time limit of one predict call (a batch of up to 256 tasks) of a model of yours "
+            "(FILE.py:Class, module:Class), which runs in a child process: after it, that "
+            "model's remaining tasks fail and the others finish; 0 or none: no limit, and the "
+            "model runs in the worker process itself (default: %(default)s)"
+        ),
+    )
     parser.set_defaults(handler=_evaluate)
+
+
+# runner.DEFAULT_MODEL_TIMEOUT_S, without importing the runner (numpy, pandas) for --help;
+# tests/test_model_isolation.py checks they agree
+DEFAULT_MODEL_TIMEOUT_S = 600.0
+
+
+def model_timeout(text: str) -> float | None:
+    """``--model-timeout``: seconds > 0, or ``0`` / ``none`` for no limit (None)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if value == 0:
+        return None
+    if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds > 0 and at most {MAX_WAIT_S:,.0f} (one day), or 0 or "
+            f"none for no limit, got {text[:40]!r}"
+        )
+    return value
 
 
 def load_model(spec: str):
@@ -153,6 +188,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         log=_note,
         cluster=cluster_from_args(args),
         relational=args.relational,
+        model_timeout=args.model_timeout,
     )
     board = result.leaderboard
     print(f"{len(result.per_task['task_id'].unique()):,} tasks; reference {result.reference}")

@@ -11,20 +11,32 @@ A model that fails (``predict`` raises, returns None or the wrong number of fore
 forecast of the wrong shape or with NaN/inf) fails only the tasks concerned: they are kept in
 ``per_task.parquet`` with the reason in the ``failed`` column (empty when scored) and NaN
 errors, and are left out of that model's aggregates. ``EvaluationResult.failures`` lists them.
+
+Models cannot harm each other or the run (``evaluate``; docs/RELIABILITY.md): read-only inputs;
+a model of the user runs ``predict`` in a forked child process with a time limit per batch, so
+an endless loop, ``exit()``, ``os._exit`` or a crash fails that model's tasks with the reason.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import faulthandler
 import functools
 import hashlib
 import json
 import math
 import os
+import pickle
+import select
+import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,6 +69,7 @@ from whatif_bench.outputs import (
     safe_name,
     write_text_atomic,
 )
+from whatif_bench.workers import end_with_parent
 
 if TYPE_CHECKING:
     from whatif_bench.generator.corpus import Corpus
@@ -192,11 +205,13 @@ def _one_line(text: object, limit: int = 300) -> str:
 
 
 def _predict(forecaster, inputs: list[TaskInput]) -> list | str:
-    """The model's forecasts, or the reason they are unusable as a whole."""
+    """The model's forecasts, or the reason they are unusable as a whole (in this process)."""
     try:
         forecasts = forecaster.predict(inputs)
     except Exception as exc:  # a model's own bug fails its tasks, not the evaluation
         return _one_line(f"predict raised {type(exc).__name__}: {exc}")
+    except SystemExit as exc:  # exit() in a model ends its tasks, not the run
+        return _one_line(f"predict called exit({exc.code!r})")
     if forecasts is None:
         return "predict returned None, not a list of forecasts"
     try:
@@ -206,6 +221,167 @@ def _predict(forecaster, inputs: list[TaskInput]) -> list | str:
     if len(forecasts) != len(inputs):
         return f"predict returned {len(forecasts)} forecasts for {len(inputs)} tasks"
     return forecasts
+
+
+DEFAULT_MODEL_TIMEOUT_S = 600.0  # per batch of tasks (a chunk): see ``evaluate``
+TIMEOUT_REASON = "predict took longer than {timeout:g} s"
+
+
+class _Unusable:
+    """A forecast that cannot be sent back from a model's process, with the reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class _NotNumeric:
+    """Stands for a point or quantile forecast that is not numeric (``_forecast_arrays``
+    says so, as for the forecast itself)."""
+
+
+def _portable(forecast):
+    """A forecast as plain arrays that can be pickled back to the evaluation (a model's own
+    classes cannot: its module is not importable by name), or why it is unusable."""
+    if forecast is None:
+        return None
+    try:
+        if not hasattr(forecast, "point") and not hasattr(forecast, "quantiles"):
+            return _Unusable(f"forecast is a {type(forecast).__name__}, not a Forecast")
+        fields = {}
+        for name in ("point", "quantiles"):
+            value = getattr(forecast, name, None)
+            if value is not None:
+                try:
+                    value = np.array(value, dtype=np.float64)
+                except (TypeError, ValueError):
+                    value = _NotNumeric()
+            fields[name] = value
+    except Exception as exc:  # a property of the model's own class that raises
+        return _Unusable(_one_line(f"reading the forecast raised {type(exc).__name__}: {exc}"))
+    return SimpleNamespace(**fields)
+
+
+def _exit_reason(status: int) -> str:
+    """Why the process running a model's predict ended early, from its wait status."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"the model's process died during predict ({name}, signal {number})"
+    code = os.waitstatus_to_exitcode(status)
+    return f"predict ended the model's process (exit status {code}; os._exit?)"
+
+
+def _predict_in_child(forecaster, inputs: list[TaskInput], timeout: float) -> list | str:
+    """``_predict`` in a forked child process, stopped (killed) after ``timeout`` seconds.
+
+    The child has the model and the inputs already (fork); it sends back the forecasts as
+    plain arrays (``_portable``). Whatever the model does there (exit, ``os._exit``, a crash,
+    an endless loop, writes to memory) ends at most that child: it becomes the reason."""
+    parent = os.getpid()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller
+        status = 0
+        try:
+            # Ctrl-C reaches the whole process group: the parent handles it and kills this child
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            # a crash is reported as the batch's reason, not as a dump of this process's threads
+            # (loky's workers enable faulthandler)
+            faulthandler.disable()
+            os.close(read_fd)
+            end_with_parent(parent)
+            result = _predict(forecaster, inputs)
+            if not isinstance(result, str):
+                result = [_portable(forecast) for forecast in result]
+            try:
+                payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:  # noqa: BLE001
+                payload = pickle.dumps(
+                    _one_line(f"the forecasts cannot be sent back: {type(exc).__name__}: {exc}")
+                )
+            with os.fdopen(write_fd, "wb") as out:
+                out.write(payload)
+        except BaseException:  # noqa: BLE001 (the parent reports a child that stops early)
+            status = 1
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(status)
+    os.close(write_fd)
+    parts: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    finished = False
+    try:
+        while True:
+            left = max(deadline - time.monotonic(), 0.0)
+            ready, _, _ = select.select([read_fd], [], [], left)
+            if not ready:
+                return TIMEOUT_REASON.format(timeout=timeout)
+            data = os.read(read_fd, 1 << 20)
+            if not data:
+                break
+            parts.append(data)
+        finished = True
+    finally:
+        os.close(read_fd)
+        if not finished:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    if status != 0 or not parts:
+        return _exit_reason(status)
+    try:
+        return pickle.loads(b"".join(parts))
+    except Exception:  # noqa: BLE001 (cut short)
+        return _exit_reason(status)
+
+
+def _isolated(model: Forecaster | str, timeout: float | None) -> bool:
+    """Whether ``model`` runs in a child process: models of the user (not the shipped
+    baselines) when there is a time limit, where processes can fork."""
+    return timeout is not None and not isinstance(model, str) and hasattr(os, "fork")
+
+
+def _read_only(inputs: list[TaskInput]) -> list[TaskInput]:
+    """Shallow copies of the inputs whose arrays cannot be written: a model that writes into
+    them gets a ValueError (its own tasks fail), never changes what the next model sees."""
+    shown = []
+    for given in inputs:
+        for name in ("history_target", "history_covariates", "future_covariates"):
+            value = getattr(given, name)
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+        shown.append(copy.copy(given))
+    return shown
+
+
+def _model_forecasts(
+    model: Forecaster | str,
+    inputs: list[TaskInput],
+    timeout: float | None,
+    given_up: dict[str, str] | None,
+) -> list | str:
+    """One model's forecasts of a batch (or why none): read-only inputs; the model's own
+    process with a time limit (``_isolated``); a model that ran out of time on an earlier
+    batch (``given_up``: label -> reason) is not called again."""
+    label = _model_label(model)
+    if given_up and label in given_up:
+        return given_up[label]
+    forecaster = make_forecaster(model) if isinstance(model, str) else model
+    batch = _read_only(inputs)
+    if _isolated(model, timeout):
+        assert timeout is not None
+        return _predict_in_child(forecaster, batch, timeout)
+    return _predict(forecaster, batch)
+
+
+def _fatal(reason: str) -> bool:
+    """A failure after which the model is not called again in this run: it ran out of time."""
+    return reason.startswith(TIMEOUT_REASON.split("{", 1)[0])
 
 
 def _score_forecast(truth: np.ndarray, forecast) -> dict[str, float] | str:
@@ -234,6 +410,8 @@ def _forecast_arrays(forecast, horizon: int) -> dict[str, np.ndarray] | str:
     """The point and/or quantile arrays of one forecast (float64, checked), or why not."""
     if forecast is None:
         return "forecast is None"
+    if isinstance(forecast, _Unusable):
+        return forecast.reason
     if not hasattr(forecast, "point") and not hasattr(forecast, "quantiles"):
         return f"forecast is a {type(forecast).__name__}, not a Forecast"
     arrays = {}
@@ -311,26 +489,41 @@ def close_corpus_reader() -> None:
 
 
 def _score_chunk(
-    corpus_path: str, identity: tuple, task_ids: list[str], models: list[Forecaster | str]
+    corpus_path: str,
+    identity: tuple,
+    task_ids: list[str],
+    models: list[Forecaster | str],
+    timeout: float | None = None,
+    given_up: dict[str, str] | None = None,
 ) -> list[pd.DataFrame]:
     """Forecast and score one chunk of tasks with several models, reading from this process's
     open corpus only what the models see and the truth the metrics need.
 
     Each frame has task_id, model, wql, wape and failed (the reason, empty when scored)."""
     corpus, units, _ = _corpus_reader(corpus_path, identity)
-    return _score_tasks(corpus.task_inputs(task_ids, units), corpus.ground_truths(task_ids), models)
+    return _score_tasks(
+        corpus.task_inputs(task_ids, units),
+        corpus.ground_truths(task_ids),
+        models,
+        timeout,
+        given_up,
+    )
 
 
 def _score_tasks(
-    inputs: list[TaskInput], truths: list[np.ndarray], models: list[Forecaster | str]
+    inputs: list[TaskInput],
+    truths: list[np.ndarray],
+    models: list[Forecaster | str],
+    timeout: float | None = None,
+    given_up: dict[str, str] | None = None,
 ) -> list[pd.DataFrame]:
     """``_score_chunk`` on tasks already read (a dask worker may not see the corpus file):
-    each model sees ``inputs``; ``truths`` (the future targets, (H,) each) only the metrics."""
+    each model sees ``inputs`` (read-only; see ``_model_forecasts`` for ``timeout`` and
+    ``given_up``); ``truths`` (the future targets, (H,) each) only the metrics."""
     ids = [given.task_id for given in inputs]
     frames = []
     for model in models:
-        forecaster = make_forecaster(model) if isinstance(model, str) else model
-        forecasts = _predict(forecaster, list(inputs))  # a copy: the model may change its list
+        forecasts = _model_forecasts(model, inputs, timeout, given_up)  # copies of the list
         rows = []
         for index, (task_id, truth) in enumerate(zip(ids, truths, strict=True)):
             result: dict[str, float] | str | None = (
@@ -390,16 +583,25 @@ def relational_parts(
 
 
 def _relational_chunk(
-    corpus_path: str, identity: tuple, pair_ids: list[str], models: list[Forecaster | str]
+    corpus_path: str,
+    identity: tuple,
+    pair_ids: list[str],
+    models: list[Forecaster | str],
+    timeout: float | None = None,
+    given_up: dict[str, str] | None = None,
 ) -> list[pd.DataFrame]:
     """Relational scores of one chunk of histories with several models (``_relational_tasks``),
     read from this process's open corpus."""
     corpus, units, _ = _corpus_reader(corpus_path, identity)
-    return _relational_tasks(*relational_parts(corpus, pair_ids, units), models)
+    return _relational_tasks(*relational_parts(corpus, pair_ids, units), models, timeout, given_up)
 
 
 def _relational_tasks(
-    inputs: list[TaskInput], truths: list[HistoryTruth], models: list[Forecaster | str]
+    inputs: list[TaskInput],
+    truths: list[HistoryTruth],
+    models: list[Forecaster | str],
+    timeout: float | None = None,
+    given_up: dict[str, str] | None = None,
 ) -> list[pd.DataFrame]:
     """Each model forecasts ``inputs`` (three per history, as ``relational_parts`` orders them)
     in one batch; one frame of ``RELATIONAL_COLUMNS`` per model, a row per history. A history
@@ -407,8 +609,7 @@ def _relational_tasks(
     futures = (*EVENT_FUTURES, RESTRAINT)
     frames = []
     for model in models:
-        forecaster = make_forecaster(model) if isinstance(model, str) else model
-        forecasts = _predict(forecaster, list(inputs))
+        forecasts = _model_forecasts(model, inputs, timeout, given_up)
         rows = []
         for index, truth in enumerate(truths):
             failed = forecasts if isinstance(forecasts, str) else ""
@@ -496,14 +697,20 @@ def _save_results(
     n_chunks: int,
     path_of: Callable[[str, int], Path],
     bar,
+    given_up: dict[str, str] | None = None,
 ) -> list[pd.DataFrame]:
     """Write each computed chunk (``results`` in the order of ``todo``, as
     ``_saved_and_pending`` gave it) to ``path_of(label, index)`` and into ``done``; then every
-    chunk's frame, model by model and chunk by chunk."""
+    chunk's frame, model by model and chunk by chunk. A model that ran out of time (``_fatal``)
+    enters ``given_up``: the chunks sent out after this are not given to it."""
     for (index, _, pending), frames in zip(todo, results, strict=True):
         for (_, label), frame in zip(pending, frames, strict=True):
             _write_chunk(frame, path_of(label, index))
             done[label, index] = frame
+            if given_up is not None and label not in given_up:
+                fatal = [reason for reason in frame["failed"] if reason and _fatal(reason)]
+                if fatal:
+                    given_up[label] = f"{fatal[0]} (on an earlier batch; not called again)"
         bar.update()
     bar.close()
     return [done[label, index] for label in labels for index in range(n_chunks)]
@@ -604,6 +811,7 @@ def evaluate(
     log: Callable[[str], None] | None = None,
     cluster=None,
     relational: bool = False,
+    model_timeout: float | None = DEFAULT_MODEL_TIMEOUT_S,
 ) -> EvaluationResult:
     """Score every model on the corpus (or a stratified subset) and write the reports to ``out``.
 
@@ -620,8 +828,29 @@ def evaluate(
     task) on the relational scores (docs/RELATIONAL.md): each model forecasts the history's
     Replay, Novel and Restraint inputs in one batch; ``relational.parquet`` holds a row per
     history and model, and the leaderboard and ``slices/relational_<axis>`` their summaries.
+
+    Models cannot harm each other or the run (docs/RELIABILITY.md, section "Models cannot harm
+    each other"): every model gets read-only input arrays (a write is a ValueError that fails
+    that model's batch). A model that is not a shipped baseline runs each batch's ``predict``
+    in a forked child process, killed after ``model_timeout`` seconds (default
+    ``DEFAULT_MODEL_TIMEOUT_S``): then that batch and the model's later ones fail with
+    "predict took longer than N s". A model that calls ``exit()``, ``os._exit`` or crashes
+    its process (a segfault, a kill) fails that batch with the reason; the others go on.
+    ``model_timeout=None`` runs every model in the worker process itself, without a limit
+    (for a model that cannot run in a forked process, e.g. one that has initialised CUDA).
     """
     from whatif_bench.cluster import open_pool
+
+    if model_timeout is not None and (
+        isinstance(model_timeout, bool)
+        or not isinstance(model_timeout, int | float)
+        or not math.isfinite(model_timeout)
+        or model_timeout <= 0
+    ):
+        raise EvaluationError(
+            f"model_timeout must be a finite number of seconds > 0 (or None: no limit), got "
+            f"{model_timeout!r}"
+        )
 
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise EvaluationError(f"jobs must be a positive integer, got {jobs!r}")
@@ -646,11 +875,23 @@ def evaluate(
             progress,
             log,
             relational,
+            model_timeout,
         )
 
 
 def _run_evaluation(
-    corpus_path, models, labels, out, subset, reference, seed, pool, progress, log, relational
+    corpus_path,
+    models,
+    labels,
+    out,
+    subset,
+    reference,
+    seed,
+    pool,
+    progress,
+    log,
+    relational,
+    timeout=None,
 ) -> EvaluationResult:
     """``evaluate`` once the models are checked and the pool is ready."""
     from tqdm import tqdm
@@ -699,18 +940,30 @@ def _run_evaluation(
             chunks, models, labels, lambda label, index: folders[label] / _chunk_name(index), note
         )
         bar = tqdm(total=len(todo), desc="evaluating", unit="chunk", disable=not progress)
+        # models that ran out of time: label -> reason; each chunk is sent with what is known
+        # when it is sent (the calls are generated lazily)
+        given_up: dict[str, str] = {}
         if pool.distributed:  # read here, a few chunks ahead of the workers
             results = pool.ordered(
                 _score_tasks,
                 (
-                    (corpus.task_inputs(c, units), corpus.ground_truths(c), [m for m, _ in p])
+                    (
+                        corpus.task_inputs(c, units),
+                        corpus.ground_truths(c),
+                        [m for m, _ in p],
+                        timeout,
+                        dict(given_up),
+                    )
                     for _, c, p in todo
                 ),
             )
         else:  # each worker process opens the corpus once (_corpus_reader)
             results = pool.ordered(
                 _score_chunk,
-                ((str(corpus_path), identity, c, [m for m, _ in p]) for _, c, p in todo),
+                (
+                    (str(corpus_path), identity, c, [m for m, _ in p], timeout, dict(given_up))
+                    for _, c, p in todo
+                ),
             )
         parts = _save_results(
             todo,
@@ -720,6 +973,7 @@ def _run_evaluation(
             len(chunks),
             lambda lb, i: folders[lb] / _chunk_name(i),
             bar,
+            given_up,
         )
         per_task = pd.concat(parts, ignore_index=True).merge(tasks, on="task_id", how="inner")
         with atomic_output(out / "per_task.parquet", lock=False) as tmp:
@@ -738,6 +992,8 @@ def _run_evaluation(
                 pool,
                 progress,
                 note,
+                timeout,
+                given_up,
             )
             with atomic_output(out / "relational.parquet", lock=False) as tmp:
                 per_history.to_parquet(tmp, index=False)
@@ -746,7 +1002,19 @@ def _run_evaluation(
 
 
 def _run_relational(
-    corpus, units, corpus_path, identity, tasks, models, labels, folders, pool, progress, note
+    corpus,
+    units,
+    corpus_path,
+    identity,
+    tasks,
+    models,
+    labels,
+    folders,
+    pool,
+    progress,
+    note,
+    timeout=None,
+    given_up=None,
 ) -> pd.DataFrame:
     """Relational scores of every history with a selected task, chunk by chunk (resumable as
     the task chunks are: ``per_task/<model>/chunk-relational-<n>.parquet``); one row per
@@ -765,14 +1033,22 @@ def _run_relational(
         RELATIONAL_COLUMNS,
     )
     bar = tqdm(total=len(todo), desc="relational", unit="chunk", disable=not progress)
+    given_up = {} if given_up is None else given_up
     if pool.distributed:
         results = pool.ordered(
             _relational_tasks,
-            ((*relational_parts(corpus, c, units), [m for m, _ in p]) for _, c, p in todo),
+            (
+                (*relational_parts(corpus, c, units), [m for m, _ in p], timeout, dict(given_up))
+                for _, c, p in todo
+            ),
         )
     else:
         results = pool.ordered(
-            _relational_chunk, ((corpus_path, identity, c, [m for m, _ in p]) for _, c, p in todo)
+            _relational_chunk,
+            (
+                (corpus_path, identity, c, [m for m, _ in p], timeout, dict(given_up))
+                for _, c, p in todo
+            ),
         )
     parts = _save_results(
         todo,
@@ -782,6 +1058,7 @@ def _run_relational(
         len(chunks),
         lambda label, index: folders[label] / _relational_chunk_name(index),
         bar,
+        given_up,
     )
     axes = ["pair_id", "target", *pair_columns()]
     return pd.concat(parts, ignore_index=True).merge(histories[axes], on="pair_id", how="inner")

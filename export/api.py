@@ -1,10 +1,11 @@
 """``export_corpus``: select tasks of a corpus and write them in one format, atomically.
 
 The folder is written by ``outputs.write_folder``: under a hidden temporary name beside ``out``
-(``.<name>.partial-<pid>``) while ``outputs.output_lock(out)`` is held; ``manifest.json`` is
-written last, then the folder is renamed into place. A folder without ``manifest.json`` is
+(``.<name>.whatif.partial-<pid>``) while ``outputs.output_lock(out)`` is held; ``manifest.json``
+is written last, then the folder is renamed into place. A folder without ``manifest.json`` is
 never a finished export. An existing ``out`` is replaced (``overwrite=True``) only once the new
-export is complete.
+export is complete, and only if it is an export in the same format (its identity record,
+``outputs.check_folder_output``) that does not hold the corpus.
 """
 
 from __future__ import annotations
@@ -107,8 +108,13 @@ def task_ids_sha256(ids: Sequence[str]) -> str:
 WHAT = "whatif export"
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
-    check_folder_output(out, overwrite, WHAT)
+def kind_of(format: str) -> str:
+    """The kind an export in ``format`` records in its identity record (``outputs``)."""
+    return f"export-{format}"
+
+
+def _check_out(out: Path, overwrite: bool, format: str, inputs) -> None:
+    check_folder_output(out, overwrite, WHAT, kind_of(format), inputs)
 
 
 def export_corpus(
@@ -152,7 +158,8 @@ def _export(corpus, write, format, out, subset, seed, simulators, futures, overw
     out = Path(os.path.abspath(out))  # "." or "dir/.." have no name to put a temporary beside
     if out.parent == out:
         raise OutputError(f"{out}: cannot export to the root folder; give a folder inside it")
-    _check_out(out, overwrite)  # before any work; again under the lock (write_folder)
+    inputs = [corpus.path]
+    _check_out(out, overwrite, format, inputs)  # before any work; again under the lock
     view, tasks = select(corpus, subset, seed, simulators, futures)
     attrs = corpus.attrs
 
@@ -182,4 +189,4 @@ def _export(corpus, write, format, out, subset, seed, simulators, futures, overw
             "written": written,
         }
 
-    return write_folder(out, overwrite, fill, WHAT)
+    return write_folder(out, overwrite, fill, WHAT, kind_of(format), inputs)

@@ -491,21 +491,21 @@ def targets_frame(report: Diagnostics) -> pd.DataFrame:
 
 
 # ---- the output folder --------------------------------------------------------------------
+KIND = "diagnostics"  # the kind of the folder's identity record (outputs.IDENTITY)
+
+
 def check_out_folder(out: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()) -> Path:
     """The absolute ``--out`` folder, refused before any work when unusable: an existing file,
-    a symbolic link, the root, one of ``inputs``, or a non-empty folder that is not an earlier
-    diagnostics report (one holding ``diagnostics.json``), which is never replaced."""
-    from whatif_bench.outputs import OutputError, check_output_path
+    a symbolic link (or loop), a special file, the root, a folder that is or holds one of
+    ``inputs``, or a non-empty folder that is not an earlier diagnostics report of this toolkit
+    (its identity record, ``outputs.check_folder_output``), which is never replaced."""
+    from whatif_bench.outputs import OutputError, check_folder_output, check_output_path
 
+    inputs = list(inputs)
     path = Path(os.path.abspath(check_output_path(out, inputs=inputs, folder=True)))
     if path.parent == path:
         raise OutputError(f"{path}: cannot write to the root folder; give a folder inside it")
-    if path.is_symlink():
-        raise OutputError(f"{path}: is a symbolic link; give the folder itself")
-    if path.is_dir() and not (path / MARKER).is_file() and any(path.iterdir()):
-        raise OutputError(
-            f"{path}: not a diagnostics folder (no {MARKER}) and not empty; refusing to replace it"
-        )
+    check_folder_output(path, True, "whatif diagnose", KIND, inputs)
     return path
 
 
@@ -521,7 +521,7 @@ def write_folder(
 
     inputs = list(inputs)
     path = check_out_folder(out, inputs)
-    with atomic_folder(path, lambda: check_out_folder(out, inputs)) as tmp:
+    with atomic_folder(path, lambda: check_out_folder(out, inputs), KIND) as tmp:
         (tmp / "plots").mkdir()
         targets_frame(report).to_csv(tmp / "diagnostics.csv", index=False)
         report.pairs.to_csv(tmp / "pairs.csv", index=False)

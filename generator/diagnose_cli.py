@@ -11,7 +11,7 @@ import json
 import math
 import sys
 
-from whatif_bench.cli_types import positive_int, seed_int
+from whatif_bench.cli_types import jobs_bound_help, jobs_int, seed_int
 
 
 def _fraction(text: str) -> float:
@@ -60,9 +60,9 @@ def add_arguments(subparsers) -> None:
     _output_arguments(parser)
     parser.add_argument(
         "--jobs",
-        type=positive_int,
+        type=jobs_int,
         default=1,
-        help="worker processes, >= 1; 1 when --forms is given (default: 1)",
+        help=f"worker processes, >= 1; 1 when --forms is given; {jobs_bound_help()} (default: 1)",
     )
     parser.add_argument(
         "--forms",

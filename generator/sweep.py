@@ -8,7 +8,6 @@ main process, so the file does not depend on the number of workers or where they
 from __future__ import annotations
 
 import contextlib
-import glob
 import itertools
 import signal
 import threading
@@ -107,11 +106,12 @@ def generate_target(
 
 
 def remove_stale_temporaries(out: Path, own: Path) -> None:
-    """Remove the temporary files of earlier runs that were killed (call holding the lock)."""
-    for stale in out.parent.glob(f".{glob.escape(out.name)}.partial*"):
-        if stale != own and stale.is_file():
-            with contextlib.suppress(OSError):
-                stale.unlink()
+    """Remove the temporary files of earlier runs that were killed (call holding the lock):
+    only this toolkit's own (``outputs.remove_stale_temporaries``: the exact name with its
+    process marker, that process gone)."""
+    from whatif_bench.outputs import remove_stale_temporaries as remove
+
+    remove(out, own)
 
 
 @contextlib.contextmanager

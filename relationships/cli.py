@@ -7,7 +7,7 @@ import json
 import math
 import sys
 
-from whatif_bench.cli_types import positive_float
+from whatif_bench.cli_types import MAX_WAIT_S, seconds_float
 from whatif_bench.errors import RelationshipError
 
 
@@ -72,10 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     check.add_argument(
         "--timeout",
-        type=positive_float,
+        type=seconds_float,
         default=None,
         metavar="SECONDS",
-        help="time limit per relationship for checking user forms (default: 60)",
+        help=f"time limit per relationship for checking user forms, at most {MAX_WAIT_S:g} "
+        "(one day) (default: 60)",
     )
     check.add_argument(
         "--json", action="store_true", help="machine-readable output (default: text)"

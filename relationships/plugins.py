@@ -6,7 +6,9 @@ returns something other than one number, returns NaN, or never returns. Each bec
 
 - importing goes through ``whatif_bench.usercode`` (the loader ``whatif evaluate`` uses for
   model modules too, with the same errors); the forms a failed module registered are removed
-  again;
+  again. The module is executed in a forked child first (``usercode.import_in_child``), so one
+  that ends or crashes the process at import (``os._exit``, a segfault) or never finishes is
+  an error naming it, not the end of the command;
 - ``probe_user_forms`` calls every user form of the given relationships on the factors and
   baselines the rule checks use, in a forked child process with a time limit per relationship.
 
@@ -30,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from whatif_bench.errors import SpecError
+from whatif_bench.outputs import path_problem
 from whatif_bench.relationships.forms import EFFECTS, FORMS, FormDefinition
-from whatif_bench.usercode import describe_exception, load_file
+from whatif_bench.usercode import describe_exception, import_in_child, load_file
 
 FORM_MODULE = "form module"  # how errors name a module of forms (see whatif_bench.usercode)
 USER_CODE_TIMEOUT_S = 60.0  # per relationship: numba compiles the user's function in that time
@@ -59,12 +62,19 @@ def load_form_modules(
     already probed (``source.TargetRef``).
     """
     for raw in paths:
-        path = Path(raw).resolve()
+        problem = path_problem(raw)  # a symbolic link loop, a FIFO, a device: one clear error
+        if problem is not None:
+            raise SpecError(f"form module: {os.fspath(raw)}: the path is {problem}")
+        path = Path(os.path.realpath(raw))
         if path in _loaded:
             continue
         before = (set(FORMS), set(EFFECTS))
+        name = f"whatif_user_forms_{len(_loaded)}"
+        limit = USER_CODE_TIMEOUT_S if timeout is None else timeout
+        if probe:  # a module that ends or crashes the process at import, in a child first
+            import_in_child(raw, FORM_MODULE, SpecError, module_name=name, timeout=limit)
         try:
-            load_file(raw, FORM_MODULE, SpecError, module_name=f"whatif_user_forms_{len(_loaded)}")
+            load_file(raw, FORM_MODULE, SpecError, module_name=name)
         except BaseException:  # also Ctrl-C: forget what the module registered before it failed
             _forget_new_forms(*before)
             raise

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from whatif_bench.cli_types import positive_float
+from whatif_bench.cli_types import MAX_DAYS, days_float
 from whatif_bench.errors import WhatIfError
 
 
@@ -23,8 +23,9 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="baselines HDF5 file to write (required)")
     parser.add_argument(
         "--days",
-        type=positive_float,
-        help="simulated days, a number > 0 (default: each simulator's base run)",
+        type=days_float,
+        help=f"simulated days, a number > 0 and at most {MAX_DAYS:g} (ten years) "
+        "(default: each simulator's base run)",
     )
     parser.add_argument(
         "--trace",
@@ -288,8 +289,9 @@ def add_worlds_arguments(parser: argparse.ArgumentParser) -> None:
     )
     build.add_argument(
         "--days",
-        type=positive_float,
-        help="simulated days, a number > 0 (default: each simulator's benchmark run)",
+        type=days_float,
+        help=f"simulated days, a number > 0 and at most {MAX_DAYS:g} (ten years) "
+        "(default: each simulator's benchmark run)",
     )
     build.add_argument(
         "--rebuild",

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from whatif_bench.cli_types import positive_float
+from whatif_bench.cli_types import MAX_DAYS, days_float
 from whatif_bench.errors import WhatIfError
 
 # The simulators a short run checks in each image (the toolkit image has every engine that
@@ -61,9 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.set_defaults(handler=_build)
     check.add_argument(
         "--days",
-        type=positive_float,
+        type=days_float,
         default=CHECK_DAYS,
-        help="simulated days of each run (default: %(default)s)",
+        help=f"simulated days of each run, at most {MAX_DAYS:g} (default: %(default)s)",
     )
     check.add_argument(
         "--trace",

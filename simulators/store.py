@@ -102,6 +102,8 @@ def write_baselines(
         raise BaselinesFileError(f"each simulator may appear once, got {names}")
     for name in names:
         safe_name(name, "simulator name")
+    for item in items:
+        _check_storable_text(path, item)
     with atomic_output(path, inputs) as tmp, guarded_h5(tmp, track_order=True) as h5:
         h5.attrs["format"] = FORMAT
         h5.attrs["format_version"] = FORMAT_VERSION
@@ -127,6 +129,24 @@ def write_baselines(
             for name, text in item.inputs.items():
                 inputs_group.create_dataset(name, data=text, dtype=h5py.string_dtype("utf-8"))
     return Path(path)
+
+
+def _check_storable_text(path: str | os.PathLike, item: Baselines) -> None:
+    """HDF5 text (attributes and string datasets) cannot hold NUL: refuse it before anything
+    is written, naming the simulator and the field, instead of h5py's ValueError midway."""
+    fields = {
+        "attribute 'simulator_version'": item.simulator_version,
+        "attribute 'start'": item.start,
+        "attribute 'notes'": item.notes,
+        **{f"series {name!r}: attribute 'unit'": unit for name, unit in item.units.items()},
+        **{f"input {name!r}": text for name, text in item.inputs.items()},
+    }
+    for field, text in fields.items():
+        if isinstance(text, str) and "\x00" in text:
+            raise BaselinesFileError(
+                f"{path}: simulator {item.simulator!r}: {field}: contains the control character "
+                "U+0000 (NUL), which HDF5 text cannot hold"
+            )
 
 
 def read_baselines(path: str | os.PathLike, verify: bool = True) -> dict[str, Baselines]:
@@ -205,6 +225,8 @@ def _read_simulator(path: Path, simulator: str, group: Any, verify: bool) -> Bas
         value = attr(name)
         if not isinstance(value, str):
             raise fail(f"attribute {name!r}", f"expected text, got {type(value).__name__}")
+        if "\x00" in value:  # only a fixed-length attribute can hold one; no writer makes it
+            raise fail(f"attribute {name!r}", "contains the control character U+0000 (NUL)")
         return value
 
     def child(name: str, kind: type) -> Any:

@@ -13,6 +13,12 @@ The layout (docs/BASELINES_FORMAT.md) carries what a ``Baselines`` record needs:
 
 Every problem is a ``TableLayoutError`` naming the file and the line, row, column or key (rows
 count from 0 after the header, lines from 1 as an editor shows them).
+
+Metadata and headers are single-line printable text: a control character (Unicode category Cc:
+U+0000-U+001F, tab included, U+007F-U+009F) in a metadata value or key, a column header (the
+unit) or a covariate name is refused when the file is read, naming the file and the field. NUL
+cannot be stored in an HDF5 text attribute at all, and the others would break the one-line
+``# key: value`` form or the terminal that ``whatif baselines info`` prints to.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ REQUIRED_KEYS = ("simulator", "covariate_base_values")
 OPTIONAL_KEYS = ("simulator_version", "notes")
 MAX_METADATA_LINES = 1000
 _HEADER = re.compile(r"(?P<name>[^\[\]]*?)\s*\[(?P<unit>[^\[\]]*)\]\s*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc
 
 
 class TableLayoutError(BaselinesFileError):
@@ -122,11 +129,15 @@ def _csv_metadata(
             break
         if number > MAX_METADATA_LINES:
             raise _fail(path, f"line {number}", f"more than {MAX_METADATA_LINES} metadata lines")
-        text = line[1:].strip()
+        body = line[1:].rstrip("\r\n")
+        text = body.strip()
         if not text:
+            _check_text(path, f"line {number}", body, offset=1)
             continue
         key, sep, value = text.partition(":")
         key = key.strip()
+        where = f"line {number}, metadata key {key!r}" if sep else f"line {number}"
+        _check_text(path, where, body, offset=1)  # characters counted in the line, '#' first
         if not sep:
             raise _fail(path, f"line {number}", f"expected '# key: value', got {line.strip()!r}")
         if key in raw:
@@ -170,6 +181,8 @@ def _read_parquet(path: Path) -> tuple[dict[str, str], list[str], list[str], np.
         for key, value in (table.schema.metadata or {}).items()
         if key.decode("utf-8", "replace") in (*REQUIRED_KEYS, *OPTIONAL_KEYS)
     }
+    for key, value in raw.items():
+        _check_text(path, f"metadata key {key!r}", value)
     metadata = _check_metadata(path, raw)
     names = list(table.column_names)
     if "__index_level_0__" in names:  # pandas' index, written by DataFrame.to_parquet
@@ -227,6 +240,7 @@ def _base_values(path: Path, text: str) -> dict[str, float]:
     if not isinstance(values, dict):
         raise _fail(path, where, "expected a JSON object of numbers by covariate name")
     for name, value in values.items():
+        _check_text(path, f"{where}, entry {name!r}", name)
         try:
             finite = isinstance(value, int | float) and math.isfinite(float(value))
         except OverflowError:  # an integer of hundreds of digits
@@ -243,6 +257,8 @@ def _base_values(path: Path, text: str) -> dict[str, float]:
 def _check_header(path: Path, header: Sequence[str], where: str) -> list[str]:
     """The series names of a header whose first field is ``time``; every other field is
     ``<name> [<unit>]``. Returns the full headers of the series columns."""
+    for field in header:
+        _check_text(path, f"{where}, column {field.strip()!r}", field)
     if not header or header[0].strip() != TIME_COLUMN:
         first = header[0] if header else ""
         raise _fail(path, where, f"the first column must be {TIME_COLUMN!r}, got {first!r}")
@@ -323,6 +339,19 @@ def _baselines(
         covariate_base_values=_base_values(path, metadata["covariate_base_values"]),
         notes=metadata["notes"],
     )
+
+
+def _check_text(path: Path, where: str, text: str, offset: int = 0) -> None:
+    """Refuse a control character in single-line metadata (module doc), naming the field and
+    the character's place (from 1; ``offset`` characters precede ``text`` in its line)."""
+    found = _CONTROL.search(text)
+    if found is not None:
+        raise _fail(
+            path,
+            where,
+            f"contains the control character U+{ord(found.group()):04X} at character "
+            f"{found.start() + offset + 1}; metadata and headers must be one line of printable text",
+        )
 
 
 def _shortened(text: str, most: int = 40) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
-from whatif_bench.cli_types import positive_int, seed_int
+from whatif_bench.cli_types import MAX_SHARD_SIZE, count_int, seed_int, shard_size_int
 
 
 def add_arguments(subparsers) -> None:
@@ -19,7 +19,11 @@ def add_arguments(subparsers) -> None:
         "--seed", type=seed_int, required=True, help="seed of the stream (required)"
     )
     parser.add_argument(
-        "--count", type=positive_int, required=True, help="number of tasks to write (required)"
+        "--count",
+        type=count_int,
+        required=True,
+        help="number of tasks to write, 1 to 2**63 - 1 (slots are signed 64-bit numbers; "
+        "shards are planned lazily, so a large count costs no memory up front) (required)",
     )
     parser.add_argument(
         "--out",
@@ -35,9 +39,10 @@ def add_arguments(subparsers) -> None:
     )
     parser.add_argument(
         "--shard-size",
-        type=positive_int,
+        type=shard_size_int,
         default=SHARD_SIZE,
-        help="tasks per shard file (default: %(default)s)",
+        help=f"tasks per shard file, 1 to {MAX_SHARD_SIZE:,} (a shard is made whole in memory) "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--simulators",

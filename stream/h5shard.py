@@ -127,52 +127,147 @@ def write_shard(path: str | os.PathLike, columns: dict[str, np.ndarray], attrs: 
 
 
 def read_shard(path: str | os.PathLike) -> Iterator[Task]:
-    """The tasks of one shard file, in slot order, as the stream made them."""
+    """The tasks of one shard file, in slot order, as the stream made them.
+
+    The whole file is read and checked on the first ``next``: a file that is not HDF5, is
+    truncated or damaged (bytes that do not decompress), lacks a group, dataset or attribute,
+    has a dataset of the wrong type or length, offsets outside its data, or a row whose JSON
+    does not parse is one ``ShardError`` naming the file and what is wrong, never a raw
+    ``OSError`` or ``KeyError``."""
     import h5py
 
     try:
         h5 = h5py.File(path, "r")
     except OSError as exc:
         raise ShardError(f"{path}: not a readable HDF5 file ({exc})") from None
-    with h5:
-        if h5.attrs.get("format") != FORMAT or h5.attrs.get("format_version") != FORMAT_VERSION:
-            raise ShardError(f"{path}: not a {FORMAT} version {FORMAT_VERSION} file")
-        rows = h5["tasks"]
-        text = {name: rows[name].asstr()[()] for name in TEXT_COLUMNS}
-        ints = {name: rows[name][()] for name in INT_COLUMNS}
-        offsets = {name: rows[f"{name}_offset"][()] for name in ARRAYS}
-        data = {name: h5["data"][name][()] for name in ARRAYS}
-    for i in range(len(text["task_id"])):
-        k, context = int(ints["k"][i]), int(ints["context_length"][i])
-        horizon = int(ints["prediction_length"][i])
-        sizes = {
-            "history_target": (context,),
-            "history_covariates": (k, context),
-            "future_covariates": (k, horizon),
-            "future_target": (horizon,),
-            "counterfactual_history": (context,),
-            "counterfactual_future": (horizon,),
-        }
-        arrays = {}
-        for name, shape in sizes.items():
-            first = int(offsets[name][i])
-            arrays[name] = data[name][first : first + int(np.prod(shape))].reshape(shape)
-        target = str(text["target"][i])
-        yield Task(
-            task_id=str(text["task_id"][i]),
-            future=str(text["future"][i]),
-            simulator=str(text["simulator"][i]),
-            target=target,
-            k=k,
-            c_label=str(text["c_label"][i]),
-            event_length=int(ints["event_length"][i]),
-            e_setting=str(text["e_setting"][i]),
-            covariates=tuple(json.loads(text["covariates"][i])),
-            units={target: str(text["target_unit"][i])},
-            interval_s=int(ints["interval_s"][i]),
-            baseline_start=str(text["baseline_start"][i]),
-            start_step=int(ints["start_step"][i]),
-            recipe=json.loads(text["recipe"][i]),
-            world=str(text["world"][i]),
-            **arrays,
-        )
+    try:
+        with h5:
+            text, ints, offsets, data = _read_columns(path, h5)
+    except ShardError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+        # h5py reports damage from wherever it notices it: links, headers, chunks
+        raise ShardError(f"{path}: damaged shard ({type(exc).__name__}: {exc})") from None
+    rows = [_row(path, i, text, ints, offsets, data) for i in range(len(text["task_id"]))]
+    yield from rows
+
+
+def _read_columns(path, h5) -> tuple[dict, dict, dict, dict]:
+    """Every column of an open shard, checked for presence, type and length."""
+    import h5py
+
+    def fail(where: str, message: str) -> ShardError:
+        return ShardError(f"{path}: {where}: {message}")
+
+    if h5.attrs.get("format") != FORMAT or h5.attrs.get("format_version") != FORMAT_VERSION:
+        raise ShardError(f"{path}: not a {FORMAT} version {FORMAT_VERSION} file")
+    attrs = {}
+    for name in ("seed", "first_slot", "n_tasks"):
+        if name not in h5.attrs:
+            raise fail(f"attribute {name!r}", "is missing")
+        value = h5.attrs[name]
+        if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+            raise fail(f"attribute {name!r}", f"expected an integer, got {value!r}")
+        if value < 0:
+            raise fail(f"attribute {name!r}", f"must be >= 0, got {value}")
+        attrs[name] = int(value)
+
+    def group(name: str):
+        if name not in h5:
+            raise fail(f"group {name!r}", "is missing")
+        value = h5[name]
+        if not isinstance(value, h5py.Group):
+            raise fail(f"group {name!r}", "is not a group")
+        return value
+
+    rows, arrays = group("tasks"), group("data")
+    n = attrs["n_tasks"]
+
+    def dataset(parent, prefix: str, name: str, kinds: str, length: int | None):
+        where = f"dataset '{prefix}/{name}'"
+        if name not in parent:
+            raise fail(where, "is missing")
+        value = parent[name]
+        if not isinstance(value, h5py.Dataset) or value.ndim != 1:
+            raise fail(where, "expected a one-dimensional dataset")
+        is_text = h5py.check_string_dtype(value.dtype) is not None
+        if (
+            (kinds == "text") != is_text
+            or (kinds == "iu" and value.dtype.kind not in kinds)
+            or (kinds == "f" and value.dtype != np.float32)
+        ):
+            expected = {"text": "text", "iu": "integers", "f": "float32"}[kinds]
+            raise fail(where, f"expected {expected}, got dtype {value.dtype}")
+        if length is not None and value.shape[0] != length:
+            raise fail(where, f"has {value.shape[0]} rows, attribute 'n_tasks' says {length}")
+        try:
+            return value.asstr()[()] if is_text else value[()]
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise fail(where, f"cannot be read, the file is damaged ({exc})") from None
+
+    text = {name: dataset(rows, "tasks", name, "text", n) for name in TEXT_COLUMNS}
+    ints = {name: dataset(rows, "tasks", name, "iu", n) for name in INT_COLUMNS}
+    offsets = {name: dataset(rows, "tasks", f"{name}_offset", "iu", n) for name in ARRAYS}
+    data = {name: dataset(arrays, "data", name, "f", None) for name in ARRAYS}
+    for name, values in ints.items():
+        if values.size and values.min() < 0:
+            raise fail(f"dataset 'tasks/{name}'", f"holds a negative value {values.min()}")
+    return text, ints, offsets, data
+
+
+def _row(path, i: int, text: dict, ints: dict, offsets: dict, data: dict) -> Task:
+    """Row ``i`` of the checked columns as a ``Task``."""
+
+    def fail(where: str, message: str) -> ShardError:
+        return ShardError(f"{path}: row {i}, {where}: {message}")
+
+    k, context = int(ints["k"][i]), int(ints["context_length"][i])
+    horizon = int(ints["prediction_length"][i])
+    sizes = {
+        "history_target": (context,),
+        "history_covariates": (k, context),
+        "future_covariates": (k, horizon),
+        "future_target": (horizon,),
+        "counterfactual_history": (context,),
+        "counterfactual_future": (horizon,),
+    }
+    arrays = {}
+    for name, shape in sizes.items():
+        first, size = int(offsets[name][i]), int(np.prod(shape))
+        if not 0 <= first <= data[name].size - size:
+            raise fail(
+                f"dataset 'tasks/{name}_offset'",
+                f"values {first}..{first + size} lie outside 'data/{name}' "
+                f"({data[name].size} values)",
+            )
+        arrays[name] = data[name][first : first + size].reshape(shape)
+    parsed = {}
+    for name in ("covariates", "recipe"):
+        try:
+            parsed[name] = json.loads(text[name][i])
+        except ValueError:
+            raise fail(f"dataset 'tasks/{name}'", "is not JSON") from None
+    covariates = parsed["covariates"]
+    if not isinstance(covariates, list) or len(covariates) != k:
+        raise fail("dataset 'tasks/covariates'", f"expected a JSON list of {k} names")
+    if not isinstance(parsed["recipe"], dict):
+        raise fail("dataset 'tasks/recipe'", "expected a JSON object")
+    target = str(text["target"][i])
+    return Task(
+        task_id=str(text["task_id"][i]),
+        future=str(text["future"][i]),
+        simulator=str(text["simulator"][i]),
+        target=target,
+        k=k,
+        c_label=str(text["c_label"][i]),
+        event_length=int(ints["event_length"][i]),
+        e_setting=str(text["e_setting"][i]),
+        covariates=tuple(str(c) for c in covariates),
+        units={target: str(text["target_unit"][i])},
+        interval_s=int(ints["interval_s"][i]),
+        baseline_start=str(text["baseline_start"][i]),
+        start_step=int(ints["start_step"][i]),
+        recipe=parsed["recipe"],
+        world=str(text["world"][i]),
+        **arrays,
+    )

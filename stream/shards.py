@@ -15,15 +15,26 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from whatif_bench import __version__
+from whatif_bench.cli_types import MAX_COUNT, MAX_SHARD_SIZE
 from whatif_bench.outputs import OutputError, check_folder_output, check_output_path, write_folder
+
+KIND = "stream"
 
 SHARD_SIZE = 4096  # tasks per shard file
 FORMATS = {"parquet": "parquet", "hdf5": "h5"}  # format -> file extension
-WHAT = "whatif stream folder"
+WHAT = "whatif stream"
+
+
+def shard_bounds(count: int, shard_size: int) -> Iterator[tuple[int, int]]:
+    """``(first, last)`` slots of each shard, in order, generated lazily: a ``count`` up to
+    ``MAX_COUNT`` (2**63 - 1) costs no memory up front (nothing is built per shard in advance)."""
+    for first in range(0, count, shard_size):
+        yield first, min(first + shard_size, count)
 
 
 def _shard(stream, format: str, first: int, last: int):
@@ -74,19 +85,41 @@ def write_shards(
         raise OutputError(f"unknown shard format {format!r}; expected one of {list(FORMATS)}")
     if stream.count is None:
         raise OutputError("an endless stream cannot be written; give a count")
-    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
-        raise OutputError(f"the shard size must be a positive integer, got {shard_size!r}")
+    if (
+        isinstance(shard_size, bool)
+        or not isinstance(shard_size, int)
+        or not 1 <= shard_size <= MAX_SHARD_SIZE
+    ):
+        raise OutputError(
+            f"the shard size must be an integer in 1..{MAX_SHARD_SIZE:,} (a shard is made whole "
+            f"in memory), got {shard_size!r}"
+        )
+    if stream.count > MAX_COUNT:
+        raise OutputError(f"the count must be at most 2**63 - 1, got {stream.count}")
     if cluster is not None and jobs != 1:
         raise OutputError(f"give jobs ({jobs} local processes) or a cluster, not both")
-    out = Path(os.path.abspath(check_output_path(out, inputs=[], folder=True)))
+    inputs = stream_inputs(stream)
+    out = Path(os.path.abspath(check_output_path(out, inputs=inputs, folder=True)))
     if out.parent == out:
         raise OutputError(f"{out}: cannot write to the root folder; give a folder inside it")
-    check_folder_output(out, overwrite, WHAT)
+    check_folder_output(out, overwrite, WHAT, KIND, inputs)
     with open_pool(jobs, cluster) as pool:
-        return _write(stream, out, shard_size, overwrite, progress, pool, format)
+        return _write(stream, out, shard_size, overwrite, progress, pool, format, inputs)
 
 
-def _write(stream, out: Path, shard_size, overwrite, progress, pool, format: str) -> Path:
+def stream_inputs(stream) -> list[Path]:
+    """The inputs of a run that ``--out`` must never replace or hold: the training-world
+    cache folder (given or default), when the stream reads worlds from one."""
+    if getattr(stream, "_sources", None) is not None:
+        return []
+    from whatif_bench.simulators.worlds import WorldCache
+
+    return [WorldCache(getattr(stream, "cache", None)).folder]
+
+
+def _write(
+    stream, out: Path, shard_size, overwrite, progress, pool, format: str, inputs=()
+) -> Path:
     """``write_shards`` once the output is checked and the pool is ready."""
     from tqdm import tqdm
 
@@ -94,20 +127,19 @@ def _write(stream, out: Path, shard_size, overwrite, progress, pool, format: str
 
     sources = stream.world_sources()  # builds or reads the worlds once, before any worker
     stream.entries()
-    bounds = [
-        (first, min(first + shard_size, stream.count))
-        for first in range(0, stream.count, shard_size)
-    ]
 
     def fill(tmp: Path) -> dict[str, Any]:
         stats: dict[str, Any] = {"drawn": 0, "kept": 0, "rejected": {}}
         (tmp / "data").mkdir()
         shipped = stream.with_sources() if pool.distributed else stream
-        results = pool.ordered(_shard, bounds, shared=(shipped, format))
+        # two lazy passes over the same bounds: one feeds the pool, one names the files
+        results = pool.ordered(
+            _shard, shard_bounds(stream.count, shard_size), shared=(shipped, format)
+        )
         bar = tqdm(total=stream.count, unit="task", disable=not progress, desc="stream")
         try:
             for index, ((first, last), (part, counts)) in enumerate(
-                zip(bounds, results, strict=True)
+                zip(shard_bounds(stream.count, shard_size), results, strict=True)
             ):
                 path = tmp / "data" / f"shard-{index:05d}.{FORMATS[format]}"
                 _write_file(format, path, part, stream.seed, first, last)
@@ -131,7 +163,7 @@ def _write(stream, out: Path, shard_size, overwrite, progress, pool, format: str
             "stats": stats,
         }
 
-    return write_folder(out, overwrite, fill, WHAT)
+    return write_folder(out, overwrite, fill, WHAT, KIND, inputs)
 
 
 def _write_file(format: str, path: Path, part, seed: int, first: int, last: int) -> None:

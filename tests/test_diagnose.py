@@ -387,7 +387,7 @@ BAD_INPUT = [
     ),
     (
         ["diagnose", "{corpus}", "--out", "{folder}"],
-        "not a diagnostics folder (no diagnostics.json)",
+        "not empty and not a folder whatif diagnose wrote (no .whatif-output.json record)",
         1,
     ),
     (["diagnose", "{other}"], "built with another relationship registry", 1),
@@ -485,6 +485,6 @@ def test_the_report_folder_is_the_same_byte_for_byte_whatever_the_workers(
     two = write_folder(diagnose_corpus(corpus_path, jobs=2, progress=False), tmp_path / "two")
     files = sorted(p.relative_to(one).as_posix() for p in one.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(two).as_posix() for p in two.rglob("*") if p.is_file())
-    assert len(files) == 7  # three CSVs, the JSON, a plot per simulator (two) and the overview
+    assert len(files) == 8  # 3 CSVs, the JSON, a plot per simulator (2), the overview, the record
     for name in files:
         assert (one / name).read_bytes() == (two / name).read_bytes(), name

@@ -191,7 +191,12 @@ def test_evaluate_describes_each_task_to_the_model(tmp_path, corpus_path):
     from whatif_bench.evaluation.forecasters import frequency_alias
 
     model = Recorder()
-    evaluate(corpus_path, ["naive", model], tmp_path / "out", subset=0.05, progress=False)
+    # model_timeout=None: predict runs in this process, so the model keeps what it saw (with a
+    # time limit it runs in a forked child per batch; docs/RELIABILITY.md, section 8)
+    evaluate(
+        corpus_path, ["naive", model], tmp_path / "out", subset=0.05, progress=False,
+        model_timeout=None,
+    )  # fmt: skip
     assert model.seen
     with Corpus(corpus_path) as corpus:
         for seen in model.seen:

@@ -168,14 +168,17 @@ def test_manifest_is_written_last_and_describes_the_export(exported, corpus_path
     expected = hashlib.sha256("".join(f"{i}\n" for i in ids).encode()).hexdigest()
     assert manifest["task_ids_sha256"] == expected
     on_disk = sorted(p.relative_to(exported).as_posix() for p in exported.rglob("*") if p.is_file())
-    assert sorted(manifest["files"]) == [f for f in on_disk if f != "manifest.json"]
+    assert ".whatif-output.json" in on_disk  # the identity record (outputs.IDENTITY)
+    assert sorted(manifest["files"]) == [
+        f for f in on_disk if f not in ("manifest.json", ".whatif-output.json")
+    ]
     for name, entry in manifest["files"].items():
         data = (exported / name).read_bytes()
         assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     assert [f["path"] for f in manifest["written"]["data_files"]] == sorted(
         f for f in manifest["files"] if f.startswith("data/")
     )
-    assert not list(exported.parent.glob(".hf.partial-*"))
+    assert not list(exported.parent.glob(".hf.*partial-*"))
 
 
 def test_same_input_gives_byte_identical_files(corpus_path, tmp_path):
@@ -234,7 +237,7 @@ def test_overwrite_never_replaces_a_folder_that_is_not_an_export(corpus_path, tm
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "thesis.tex").write_text("precious")
-    with pytest.raises(WhatIfError, match="not a whatif export"):
+    with pytest.raises(WhatIfError, match="not empty and not a folder whatif export wrote"):
         export_corpus(corpus_path, "parquet", mine, overwrite=True, progress=False)
     assert (mine / "thesis.tex").read_text() == "precious"
 
@@ -264,10 +267,18 @@ def test_a_failure_or_ctrl_c_leaves_the_old_export_and_no_temporary_folder(
 
 
 def test_a_stale_temporary_folder_of_a_killed_run_is_removed(corpus_path, tmp_path):
-    stale = tmp_path / ".o.partial-999999"
+    from whatif_bench.outputs import temporary_path, write_identity
+
+    # a temporary of a run that is gone: the toolkit's name with its pid, and its identity record
+    stale = temporary_path(tmp_path / "o", pid=999_999_999)
     (stale / "data").mkdir(parents=True)
+    write_identity(stale, "export-parquet", pid=999_999_999)
+    mine = [tmp_path / ".o.partial-999999", tmp_path / ".o.old-backup"]  # names a user may have
+    for folder in mine:
+        (folder / "data").mkdir(parents=True)
     export_corpus(corpus_path, "parquet", tmp_path / "o", subset=0.05, progress=False)
     assert not stale.exists()
+    assert all((folder / "data").is_dir() for folder in mine)
 
 
 def test_empty_selection_is_one_clear_error(corpus_path, tmp_path):
@@ -381,7 +392,8 @@ def test_dot_root_and_symlink_outs_are_clear_errors(corpus_path, tmp_path, monke
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(WhatIfError, match=f"^{tmp_path}: already exists; pass --overwrite"):
         export_corpus(corpus_path, "parquet", ".", progress=False)
-    with pytest.raises(WhatIfError, match=f"^{tmp_path}: not a whatif export"):
+    not_ours = f"^{tmp_path}: not empty and not a folder whatif export wrote"
+    with pytest.raises(WhatIfError, match=not_ours):
         export_corpus(corpus_path, "parquet", ".", overwrite=True, progress=False)
     with pytest.raises(WhatIfError, match="^/: cannot export to the root folder"):
         export_corpus(corpus_path, "parquet", "/", overwrite=True, progress=False)
@@ -433,7 +445,7 @@ def test_ctrl_c_of_the_real_command_removes_the_temporary_folder(corpus_path, tm
     while not marker.exists() and time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
         time.sleep(0.01)
-    assert list(tmp_path.glob(".o.partial-*")), "the export should be under way"
+    assert list(tmp_path.glob(".o.whatif.partial-*")), "the export should be under way"
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
@@ -466,7 +478,9 @@ def test_every_format_runs_through_the_command(
     for name in files:
         assert (out / name).is_file()
     assert sorted(manifest["files"]) == sorted(
-        str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != "manifest.json"
+        str(p.relative_to(out))
+        for p in out.rglob("*")
+        if p.is_file() and p.name not in ("manifest.json", ".whatif-output.json")
     )
 
 

@@ -169,7 +169,10 @@ def test_existing_out_is_one_clear_error(corpus_path, exported, tmp_path):
         "export", str(corpus_path), "--format", "gluonts", "--out", str(out), "--overwrite"
     )
     assert result.returncode == 1
-    assert "not a whatif export" in result.stderr and (out / "mine.txt").read_text() == "keep"
+    assert (
+        "not a folder whatif export wrote" in result.stderr
+        and (out / "mine.txt").read_text() == "keep"
+    )
 
 
 # ---- GluonTS itself (pandas < 3) -----------------------------------------------------------

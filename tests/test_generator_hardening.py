@@ -116,7 +116,9 @@ def test_read_only_folder_is_refused(tmp_path):
 
 
 def test_a_temporary_file_is_never_read_as_a_corpus(tmp_path, corpus_path):
-    temporary = tmp_path / f".c.h5.partial-{os.getpid()}"
+    from whatif_bench.outputs import temporary_path
+
+    temporary = temporary_path(tmp_path / "c.h5")
     shutil.copyfile(corpus_path, temporary)
     with pytest.raises(CorpusError, match="temporary file of an unfinished whatif generate"):
         Corpus(temporary)

@@ -31,7 +31,9 @@ def start_and_wait_for_partial(out, jobs="1", stderr=subprocess.DEVNULL):
         jobs,
     ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
-    partial = out.with_name(f".{out.name}.partial-{process.pid}")
+    from whatif_bench.outputs import temporary_path
+
+    partial = temporary_path(out, pid=process.pid)
     deadline = time.monotonic() + 60
     while not partial.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -357,15 +357,17 @@ class CountingNaive:
 
 def test_relational_chunks_are_kept_and_a_second_run_forecasts_nothing(tmp_path, corpus_path):
     out = tmp_path / "resume"
+    # model_timeout=None: predict runs in this process, where the count is kept (with a time
+    # limit it runs in a forked child per batch; docs/RELIABILITY.md, section 8)
     first = evaluate(corpus_path, ["naive", CountingNaive()], out, subset=0.05, progress=False,
-                     relational=True)  # fmt: skip
+                     relational=True, model_timeout=None)  # fmt: skip
     histories = first.relational["pair_id"].nunique()
     restraint = [i for i in CountingNaive._seen if i.endswith("/restraint")]
     assert len(restraint) == histories  # every history's Restraint input, once
     assert len(list((out / "per_task" / "counting-naive").glob("chunk-relational-*"))) >= 1
     CountingNaive._seen = []
     again = evaluate(corpus_path, ["naive", CountingNaive()], out, subset=0.05, progress=False,
-                     relational=True)  # fmt: skip
+                     relational=True, model_timeout=None)  # fmt: skip
     assert CountingNaive._seen == [] and again.notes == []
     pd.testing.assert_frame_equal(again.relational, first.relational)
 

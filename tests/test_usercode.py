@@ -162,3 +162,34 @@ def test_forms_and_models_report_a_broken_module_alike(tmp_path, capsys, content
     assert forms_err.startswith(f"error: form module: {same}"), forms_err
     assert models_err.startswith(f"error: model '{path}:M': {same}"), models_err
     assert forms_err.split(": ", 2)[2] == models_err.split(": ", 2)[2]
+
+
+@pytest.mark.parametrize(
+    ("content", "cause"),
+    [
+        ("import os\nos._exit(0)\n", "it ended the process (exit status 0)"),
+        ("import os\nos._exit(5)\n", "it ended the process (exit status 5)"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "(SIGKILL, signal 9)"),
+        ("import sys\nsys.exit(2)\n", "it called exit(2)"),
+        ("while True:\n    pass\n", "it did not finish within 1 s (an endless loop?)"),
+    ],
+    ids=["os-exit-0", "os-exit-5", "killed", "exit", "endless"],
+)
+def test_import_in_child_names_a_module_that_ends_its_process(tmp_path, content, cause):
+    from whatif_bench.usercode import import_in_child
+
+    path = tmp_path / "ends.py"
+    path.write_text(content)
+    with pytest.raises(SpecError) as info:
+        import_in_child(path, "form module", SpecError, timeout=1.0)
+    assert str(info.value).startswith(f"form module: importing {path} failed: ")
+    assert cause in str(info.value)
+
+
+def test_import_in_child_leaves_this_process_alone(tmp_path):
+    from whatif_bench.usercode import import_in_child
+
+    path = tmp_path / "fine.py"
+    path.write_text("import sys\nsys.whatif_marker_of_the_child = True\n")
+    import_in_child(path, "form module", SpecError, timeout=30.0)  # no error
+    assert not hasattr(sys, "whatif_marker_of_the_child")

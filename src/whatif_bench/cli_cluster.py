@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from whatif_bench.cli_types import positive_float, positive_int
+from whatif_bench.cli_types import MAX_WAIT_S, jobs_bound_help, jobs_int, seconds_float
 from whatif_bench.cluster import DEFAULT_CONNECT_TIMEOUT_S, DaskCluster
 
 
@@ -17,7 +17,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, jobs_help: str) -> No
     """``--jobs`` (default None: the command's own default, named in ``jobs_help``), and the
     dask options; argparse refuses any two of ``--jobs``, ``--dask-scheduler``, ``--dask-local``."""
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--jobs", type=positive_int, help=jobs_help)
+    where.add_argument("--jobs", type=jobs_int, help=f"{jobs_help}; {jobs_bound_help()}")
     where.add_argument(
         "--dask-scheduler",
         metavar="ADDRESS",
@@ -26,18 +26,18 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, jobs_help: str) -> No
     )
     where.add_argument(
         "--dask-local",
-        type=positive_int,
+        type=jobs_int,
         metavar="N",
         help="run on a local dask cluster of N worker processes, started for this run "
-        "(default: off)",
+        f"(default: off); {jobs_bound_help()}",
     )
     parser.add_argument(
         "--dask-timeout",
-        type=positive_float,
+        type=seconds_float,
         default=DEFAULT_CONNECT_TIMEOUT_S,
         metavar="SECONDS",
-        help="how long to wait for --dask-scheduler to answer before giving up "
-        "(default: %(default)s)",
+        help="how long to wait for --dask-scheduler to answer before giving up, at most "
+        f"{MAX_WAIT_S:g} (one day) (default: %(default)s)",
     )
 
 

@@ -1,31 +1,134 @@
 """argparse ``type=`` helpers: a bad number is a usage error (exit 2) with a clear message,
-given before any work starts.
+given before any work starts. Every count-like option has an upper bound as well as a lower
+one, so an absurd value (``--jobs 10**400``, ``--count 10**30``) is refused up front instead of
+overflowing or exhausting memory later (docs/RELIABILITY.md, section 8).
 
-parser.add_argument("--jobs", type=positive_int, default=default_jobs())
+parser.add_argument("--jobs", type=jobs_int, default=default_jobs())
 parser.add_argument("--seed", type=seed_int, default=0)
-parser.add_argument("--days", type=positive_float)
+parser.add_argument("--count", type=count_int)
+parser.add_argument("--days", type=days_float)
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+from collections.abc import Callable
 
 MAX_SEED = 2**63 - 1  # the master seed is stored as a signed 64-bit HDF5 attribute
+# Stream slots are numbered 0 .. count - 1 and stored as signed 64-bit integers (the HDF5
+# shards' first_slot, the Parquet recipe); the shard bounds are generated lazily, so a count
+# this large costs no memory up front.
+MAX_COUNT = 2**63 - 1
+# A shard is made whole in memory (by one worker, then written by the main process): with the
+# largest tasks (C4 context of ~8,000 steps, K = 5: ~0.25 MB of float32) 16,384 tasks are
+# ~4 GB; the default (4,096) is a quarter of that.
+MAX_SHARD_SIZE = 16_384
+# Worker processes: the work is CPU-bound, so more processes than cores only add memory (each
+# worker holds its own copy of the worlds or an open corpus) and start-up time. Eight per core
+# leaves room for oversubscribing on purpose; more is a typo.
+JOBS_PER_CORE = 8
+# Simulated days (simulate, worlds build): the base runs are 14 to 32 days; ten years is more
+# than 100 times the longest, and at GridLAB-D's 60 s step already 5.3 million steps.
+MAX_DAYS = 3660.0
+# Time limits in seconds (relationships check --timeout, --dask-timeout): one day. Longer waits
+# overflow the system's timers (select, threading) and are never what was meant.
+MAX_WAIT_S = 86_400.0
+# Integers longer than this are out of every range above; they are not converted (int() refuses
+# more than 4,300 digits with a misleading message, and printing them would flood the terminal).
+_MAX_DIGITS = 40
+
+
+def max_jobs() -> int:
+    """The largest ``--jobs`` (and ``--dask-local``): ``JOBS_PER_CORE`` x this machine's cores."""
+    return JOBS_PER_CORE * (os.cpu_count() or 1)
+
+
+def jobs_bound_help() -> str:
+    """The ``--jobs`` bound as the options' help states it."""
+    return (
+        f"at most {JOBS_PER_CORE} per core ({max_jobs()} on this machine): the work is "
+        "CPU-bound, so more processes only cost memory"
+    )
+
+
+def _shown(text: str, most: int = 40) -> str:
+    """``text`` for a message, shortened when long (a 400-digit number stays one short line)."""
+    text = text.strip()
+    return text if len(text) <= most else f"{text[:20]}... ({len(text):,} characters)"
 
 
 def _integer(text: str) -> int:
+    """``text`` as an int; an integer of more than ``_MAX_DIGITS`` digits becomes +-10**40,
+    outside every bound, without converting it."""
+    stripped = text.strip()
+    body = stripped.lstrip("+-").replace("_", "").lstrip("0")
+    if body.isascii() and body.isdigit() and len(body) > _MAX_DIGITS:
+        return -(10**_MAX_DIGITS) if stripped.startswith("-") else 10**_MAX_DIGITS
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected an integer, got {_shown(text)!r}") from None
+
+
+def _value(text: str, value: int) -> str:
+    """The value as the message shows it: the number, or the (shortened) text if huge."""
+    return _shown(text) if abs(value) >= 10**_MAX_DIGITS else str(value)
 
 
 def positive_int(text: str) -> int:
-    """An integer >= 1 (e.g. a number of worker processes)."""
+    """An integer >= 1, without an upper bound (the CLI's options use ``bounded_int``)."""
     value = _integer(text)
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (>= 1), got {value}")
+        raise argparse.ArgumentTypeError(
+            f"must be a positive integer (>= 1), got {_value(text, value)}"
+        )
+    return value
+
+
+def bounded_int(top: int, high_text: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer in ``1 .. top``; ``high_text`` explains the bound in the
+    message (e.g. "2**63 - 1")."""
+
+    def parse(text: str) -> int:
+        shown_top = f"{top:,}" + (f" ({high_text})" if high_text else "")
+        value = _integer(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(
+                f"must be a positive integer (>= 1), got {_value(text, value)}; "
+                f"allowed: 1 to {shown_top}"
+            )
+        if value > top:
+            raise argparse.ArgumentTypeError(
+                f"must be between 1 and {shown_top}, got {_value(text, value)}"
+            )
+        return value
+
+    parse.__name__ = "bounded_int"
+    return parse
+
+
+#: ``whatif stream --count``: 1 .. 2**63 - 1 tasks.
+count_int = bounded_int(MAX_COUNT, "2**63 - 1")
+#: ``whatif stream --shard-size``: 1 .. 16,384 tasks per shard.
+shard_size_int = bounded_int(MAX_SHARD_SIZE, "a shard is made whole in memory")
+
+
+def jobs_int(text: str) -> int:
+    """``--jobs`` and ``--dask-local``: worker processes, 1 .. ``max_jobs()`` (8 x the cores)."""
+    top = max_jobs()
+    value = _integer(text)
+    shown_top = f"{top:,} ({JOBS_PER_CORE} per core, {os.cpu_count() or 1} cores)"
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive integer (>= 1), got {_value(text, value)}; "
+            f"allowed: 1 to {shown_top}"
+        )
+    if value > top:
+        raise argparse.ArgumentTypeError(
+            f"must be between 1 and {shown_top}, got {_value(text, value)}"
+        )
     return value
 
 
@@ -33,7 +136,9 @@ def seed_int(text: str) -> int:
     """A master seed: an integer with 0 <= seed <= 2**63 - 1."""
     value = _integer(text)
     if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 2**63 - 1, got {value}")
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and 2**63 - 1, got {_value(text, value)}"
+        )
     return value
 
 
@@ -42,7 +147,28 @@ def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number, got {_shown(text)!r}") from None
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {_shown(text)!r}")
     return value
+
+
+def bounded_float(high: float, high_text: str) -> Callable[[str], float]:
+    """An argparse type: a finite number in ``(0, high]``; ``high_text`` names the unit."""
+
+    def parse(text: str) -> float:
+        value = positive_float(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(
+                f"must be a number in (0, {high:g}] {high_text}, got {_shown(text)!r}"
+            )
+        return value
+
+    parse.__name__ = "bounded_float"
+    return parse
+
+
+#: ``--days``: simulated days in (0, 3660].
+days_float = bounded_float(MAX_DAYS, "days (ten years)")
+#: ``--timeout``, ``--dask-timeout``: seconds in (0, 86400].
+seconds_float = bounded_float(MAX_WAIT_S, "s (one day)")

@@ -1,17 +1,26 @@
 """Safe outputs: file names taken from data, and output files that are locked, written to a
 temporary name and renamed only when complete.
 
-Every command that writes a file goes through these helpers, so the promises of
+Every command that writes a file or folder goes through these helpers, so the promises of
 ``docs/RELIABILITY.md`` hold in one place:
 
 - a name taken from data (a target, a forecaster's name) never chooses a path outside the
   output folder (``safe_name`` refuses it);
-- an output never replaces one of the run's inputs (``check_output_path``);
+- an output never replaces one of the run's inputs, compared by real path
+  (``check_output_path``), and a folder is never replaced while it is or holds an input
+  (``check_not_inside``);
+- only regular files and folders are used: a FIFO, a device, a socket or a symbolic link loop,
+  as an output, an output's folder or an input, is one ``OutputError`` (``check_regular``);
+- a folder is replaced only if this toolkit wrote it as an output of the same kind: its
+  identity record ``.whatif-output.json`` (``{"tool": "whatif-bench", "kind": ..., "version":
+  1}``) says so (``check_folder_output``); a folder without one, whoever wrote it, is refused;
 - two runs never write the same output at once (``output_lock``: an advisory ``fcntl`` lock on a
   ``.<name>.lock`` file beside it, released by the kernel when the process dies);
 - the final name only ever holds a complete file (``atomic_output``: a temporary name in the same
   folder, ``os.replace`` on success, removed on any failure, Ctrl-C included); a folder output
   (``write_folder``) is complete only once its ``manifest.json``, written last, is in it;
+- the only temporaries ever removed as stale are this toolkit's: ``.<name>.whatif.partial-PID``
+  or ``.<name>.whatif.old-PID`` whose process is gone (``remove_stale_temporaries``);
 - a full disk or a read-only folder is one clear ``OutputError``, not a traceback.
 """
 
@@ -25,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -69,17 +79,70 @@ def safe_name(name: object, what: str) -> str:
     return str(name)
 
 
+# ---- what a path is ----------------------------------------------------------------------
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def path_problem(path: str | os.PathLike) -> str | None:
+    """What makes ``path`` unusable as a file or folder of a run, or ``None``.
+
+    ``"a symbolic link loop"`` when resolving it (any component) loops; ``"a FIFO (named
+    pipe)"``, ``"a character device"``, ``"a block device"`` or ``"a socket"`` when it is one
+    (after following symbolic links). A missing path is no problem here.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        return None
+    for test, what in _SPECIAL:
+        if test(mode):
+            return what
+    return None
+
+
+def check_regular(path: str | os.PathLike, role: str = "path") -> Path:
+    """``path`` as a Path, or an ``OutputError`` if it is a symbolic link loop or a special
+    file (FIFO, device, socket); ``role`` (e.g. ``"input"``) names it in the message."""
+    problem = path_problem(path)
+    if problem is not None:
+        kind = "a regular file or folder" if problem == "a symbolic link loop" else "a regular file"
+        raise OutputError(f"{os.fspath(path)}: the {role} is {problem}, not {kind}")
+    return Path(path)
+
+
+def real_path(path: str | os.PathLike) -> str:
+    """``os.path.realpath`` of ``path`` (symbolic links followed, never raising on a loop)."""
+    return os.path.realpath(os.path.abspath(os.fspath(path)))
+
+
+def _inside(inner: str, outer: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
+
+
 def check_output_path(
     path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), folder: bool = False
 ) -> Path:
     """Refuse an output path that is unusable or is one of ``inputs``; returns it as a Path.
 
     A file output must not be an existing folder, nor lie under a file; a folder output
-    (``folder=True``) must not be an existing file. Neither may be one of the inputs.
+    (``folder=True``) must not be an existing file. Neither may be one of the inputs (compared
+    by real path: another spelling or a symbolic link is the same path), nor a symbolic link
+    loop, nor a special file (FIFO, device, socket): those are never replaced by a regular
+    file. Each input that exists must be a regular file or folder too.
     """
     if os.fspath(path) == "":  # checked before Path(), which turns "" into "."
         raise OutputError("the output path is empty")
-    path = Path(path)
+    path = check_regular(path, "output")
+    for parent in path.parents:
+        check_regular(parent, "output's folder")
+    sources = [check_regular(source, "input") for source in inputs if os.fspath(source) != ""]
     if folder:
         if path.exists() and not path.is_dir():
             raise OutputError(f"{path}: exists and is not a folder")
@@ -90,12 +153,27 @@ def check_output_path(
             if not parent.is_dir():
                 raise OutputError(f"{path}: {parent} is a file, not a folder")
             break
-    for source in inputs:
-        source = Path(source)
+    real = real_path(path)
+    for source in sources:
         same = source.exists() and path.exists() and os.path.samefile(source, path)
-        if same or source.resolve() == path.resolve():
+        if same or real_path(source) == real:
             raise OutputError(f"{path}: the output would replace the input {source}")
     return path
+
+
+def check_not_inside(
+    folder: str | os.PathLike, inputs: Iterable[str | os.PathLike], verb: str = "replace"
+) -> None:
+    """Refuse to ``verb`` the folder ``folder`` when an input of the run is it or lies inside
+    it (by real path, so symbolic links and other spellings count)."""
+    outer = real_path(folder)
+    for source in inputs:
+        if os.fspath(source) == "":
+            continue
+        if _inside(real_path(source), outer):
+            raise OutputError(
+                f"{folder}: holds the input {source}; refusing to {verb} it (choose another folder)"
+            )
 
 
 def _describe(exc: OSError, path: Path) -> str:
@@ -131,8 +209,10 @@ def output_lock(path: str | os.PathLike) -> Iterator[None]:
     The lock file ``.<name>.lock`` stays behind (removing it would race with a waiting run);
     the kernel drops the lock itself when the process ends, however it ends.
     """
-    path = Path(path)
+    path = check_regular(path, "output")  # never a lock file beside /dev/null, a FIFO, a loop
+    check_regular(path.parent, "output's folder")
     make_folder(path.parent)
+    check_regular(lock_path(path), "lock file")  # opening a FIFO there would block
     try:
         handle = open(lock_path(path), "a")  # noqa: SIM115 (held for the whole block)
     except OSError as exc:
@@ -151,9 +231,95 @@ def output_lock(path: str | os.PathLike) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def temporary_path(path: Path) -> Path:
-    """The temporary name ``path`` is written under: hidden, in the same folder, per process."""
-    return path.with_name(f".{path.name}.partial-{os.getpid()}")
+# ---- temporaries ----------------------------------------------------------------------------
+# A temporary of ``NAME`` is ``.NAME.whatif.partial-PID`` (a file or folder being written) or
+# ``.NAME.whatif.old-PID`` (an earlier folder moved aside): the ``.whatif.`` tag and the owning
+# process id form its marker. Only a name of exactly this form, whose process is gone, is ever
+# removed as stale (``remove_stale_temporaries``); a folder must also hold the toolkit's
+# identity record. Any other name beside an output (``.NAME.partial-notes.txt``,
+# ``.NAME.old-backup/``) is the user's and never touched.
+_TAG = ".whatif."
+
+
+def temporary_path(path: Path, pid: int | None = None) -> Path:
+    """The temporary name ``path`` is written under: hidden, in the same folder, per process
+    (``pid``, default this one)."""
+    return path.with_name(f".{path.name}{_TAG}partial-{os.getpid() if pid is None else pid}")
+
+
+def aside_path(path: Path, pid: int | None = None) -> Path:
+    """The name an existing folder ``path`` is moved to while its replacement is renamed in."""
+    return path.with_name(f".{path.name}{_TAG}old-{os.getpid() if pid is None else pid}")
+
+
+def _temporary_pid(out: Path, candidate: Path) -> tuple[str, int] | None:
+    match = re.fullmatch(
+        re.escape(f".{out.name}{_TAG}") + r"(partial|old)-([1-9][0-9]{0,9})", candidate.name
+    )
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user counts as alive)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
+
+
+def stale_temporaries(out: Path) -> list[Path]:
+    """This toolkit's temporaries beside ``out`` left by runs that are gone (see ``_TAG``):
+    the exact name form, an owning process that no longer exists, and for a folder the
+    toolkit's identity record in it; nothing else is ever listed."""
+    found = []
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return []
+    for candidate in entries:
+        parsed = _temporary_pid(out, candidate)
+        if parsed is None or process_alive(parsed[1]):
+            continue
+        if candidate.is_symlink():
+            continue
+        if candidate.is_dir():
+            record = read_identity(candidate)
+            # a folder being written holds the record with its writer's pid; one moved aside
+            # holds the record of the output it was
+            if record is None or (parsed[0] == "partial" and record.get("pid") != parsed[1]):
+                continue
+        else:
+            try:
+                regular = stat.S_ISREG(candidate.lstat().st_mode)
+            except OSError:
+                continue
+            if not regular:
+                continue
+        found.append(candidate)
+    return sorted(found)
+
+
+def remove_stale_temporaries(out: Path, own: Path | None = None) -> None:
+    """Remove ``stale_temporaries(out)`` (call holding ``out``'s lock), except ``own``.
+
+    A folder moved aside (``.NAME.whatif.old-PID``) by a run killed before its new folder was
+    renamed in is the user's previous output: it is put back when ``out`` is missing, removed
+    only when ``out`` exists.
+    """
+    for stale in stale_temporaries(out):
+        if own is not None and stale == own:
+            continue
+        kind, _ = _temporary_pid(out, stale) or ("", 0)
+        if kind == "old" and not out.exists() and not out.is_symlink():
+            with contextlib.suppress(OSError):
+                os.replace(stale, out)
+            continue
+        remove_path(stale)
 
 
 @contextlib.contextmanager
@@ -190,32 +356,105 @@ def write_text_atomic(path: str | os.PathLike, text: str, lock: bool = True) -> 
     return Path(path)
 
 
-# ---- folder outputs (whatif export, whatif stream) -------------------------------------------
+# ---- folder outputs (whatif export, whatif stream, whatif diagnose) --------------------------
 MANIFEST = "manifest.json"
+IDENTITY = ".whatif-output.json"
+TOOL = "whatif-bench"
+IDENTITY_VERSION = 1
 
 
-def check_folder_output(out: Path, overwrite: bool, what: str = "whatif output folder") -> None:
-    """Refuse ``out`` as a folder output: a symbolic link, a file, an existing folder unless
-    ``overwrite``, or a non-empty folder without ``manifest.json`` (not ``what``, e.g.
-    ``"whatif export"``, so not ours to replace)."""
+def identity_record(kind: str, pid: int | None = None) -> dict[str, Any]:
+    record: dict[str, Any] = {"tool": TOOL, "kind": kind, "version": IDENTITY_VERSION}
+    if pid is not None:
+        record["pid"] = pid
+    return record
+
+
+def write_identity(folder: Path, kind: str, pid: int | None = None) -> None:
+    """Write the identity record ``folder/.whatif-output.json`` (see ``read_identity``)."""
+    text = json.dumps(identity_record(kind, pid), sort_keys=True) + "\n"
+    with open(folder / IDENTITY, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_identity(folder: Path) -> dict[str, Any] | None:
+    """The identity record of a folder this toolkit wrote, or ``None`` (none, not a regular
+    file, unreadable, or not ``{"tool": "whatif-bench", "kind": str, "version": 1, ...}``)."""
+    record_path = folder / IDENTITY
+    try:
+        if record_path.is_symlink() or not stat.S_ISREG(record_path.stat().st_mode):
+            return None
+        if record_path.stat().st_size > 4096:
+            return None
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if (
+        not isinstance(record, dict)
+        or record.get("tool") != TOOL
+        or record.get("version") != IDENTITY_VERSION
+        or not isinstance(record.get("kind"), str)
+    ):
+        return None
+    return record
+
+
+def check_folder_output(
+    out: Path,
+    overwrite: bool,
+    what: str = "whatif output folder",
+    kind: str | None = None,
+    inputs: Iterable[str | os.PathLike] = (),
+) -> None:
+    """Refuse ``out`` as a folder output that replaces what is there.
+
+    Refused: a symbolic link (or loop), a special file, a file; an existing folder unless
+    ``overwrite``; a folder that is or holds an input of the run (by real path); a non-empty
+    folder whose identity record (``.whatif-output.json``, written by this toolkit) is missing
+    or names another ``kind`` than this output's — a folder of anyone else, or one written by a
+    whatif version before the record, is never replaced (the message says to delete it by hand
+    or choose another folder). ``what`` (e.g. ``"whatif export"``) names the output.
+    """
+    check_regular(out, "output")
     if out.is_symlink():
         raise OutputError(f"{out}: is a symbolic link; give the folder itself")
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: exists and is not a folder")
+    inputs = list(inputs)
+    if inputs:
+        check_not_inside(out, inputs)
     if not out.exists():
         return
     if not overwrite:
         raise OutputError(f"{out}: already exists; pass --overwrite to replace it")
-    if not (out / MANIFEST).is_file() and any(out.iterdir()):
+    try:
+        empty = not any(out.iterdir())
+    except OSError as exc:
+        raise OutputError(_describe(exc, out)) from None
+    if empty:
+        return
+    record = read_identity(out)
+    if record is None:
         raise OutputError(
-            f"{out}: not a {what} (no {MANIFEST}) and not empty; refusing to replace it"
+            f"{out}: not empty and not a folder {what} wrote (no {IDENTITY} record); refusing "
+            "to replace it: delete it by hand or choose another folder"
+        )
+    if kind is not None and record["kind"] != kind:
+        raise OutputError(
+            f"{out}: holds a whatif {record['kind']} output, not a {kind} one; refusing to "
+            "replace it: delete it by hand or choose another folder"
         )
 
 
 def file_hashes(folder: Path) -> dict[str, dict[str, Any]]:
-    """Size in bytes and SHA-256 of every file under ``folder``, by relative POSIX path."""
+    """Size in bytes and SHA-256 of every file under ``folder``, by relative POSIX path (the
+    identity record aside)."""
     out = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if path.parent == folder and path.name == IDENTITY:
+            continue
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
@@ -228,7 +467,7 @@ def file_hashes(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def remove_path(path: Path) -> None:
-    """Remove a file or a folder tree, quietly (for temporaries)."""
+    """Remove a file or a folder tree, quietly (for this toolkit's own temporaries)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -236,39 +475,37 @@ def remove_path(path: Path) -> None:
             path.unlink()
 
 
-def stale_temporaries(out: Path) -> list[Path]:
-    """Temporary folders left by killed runs writing ``out`` (safe to remove under its lock)."""
-    prefixes = (f".{out.name}.partial-", f".{out.name}.old-")
-    return [p for p in out.parent.iterdir() if p.name.startswith(prefixes)]
-
-
 @contextlib.contextmanager
-def atomic_folder(out: Path, check: Callable[[], object]) -> Iterator[Path]:
+def atomic_folder(out: Path, check: Callable[[], object], kind: str) -> Iterator[Path]:
     """Yield an empty temporary folder that becomes ``out`` when the block ends without error.
 
     Under ``output_lock(out)``: ``check()`` runs (it raises if ``out`` may not be written),
-    temporaries of killed runs are removed, the block fills the temporary folder, and it is
-    renamed to ``out``. An existing ``out`` is moved aside first and removed once the new one
-    is in place, or put back if it cannot be. On any failure (Ctrl-C included) the temporary
-    folder is removed and ``out`` is left as it was; ``OSError`` (disk full, read-only folder)
-    becomes one ``OutputError``.
+    this toolkit's temporaries of killed runs are removed (``remove_stale_temporaries``), the
+    block fills the temporary folder (created holding an identity record with this process id,
+    rewritten as ``kind``'s record on success), and it is renamed to ``out``. An existing
+    ``out`` is moved aside first and removed once the new one is in place, or put back if it
+    cannot be. On any failure (Ctrl-C included) the temporary folder is removed and ``out`` is
+    left as it was; ``OSError`` (disk full, read-only folder) becomes one ``OutputError``.
     """
     with output_lock(out):
         check()
-        for stale in stale_temporaries(out):
-            remove_path(stale)
+        remove_stale_temporaries(out)
         tmp = temporary_path(out)
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        old = aside_path(out)
+        made = False
         try:
             tmp.mkdir()
+            made = True
+            write_identity(tmp, kind, pid=os.getpid())
             yield tmp
+            write_identity(tmp, kind)
             if out.exists():
                 os.replace(out, old)
             os.replace(tmp, out)
         except OSError as exc:
             raise OutputError(_describe(exc, out)) from None
         finally:
-            if tmp.exists():
+            if made and tmp.exists():
                 remove_path(tmp)
             if old.exists() and out.exists():
                 remove_path(old)
@@ -282,15 +519,20 @@ def write_folder(
     overwrite: bool,
     fill: Callable[[Path], dict[str, Any]],
     what: str = "whatif output folder",
+    kind: str = "output",
+    inputs: Iterable[str | os.PathLike] = (),
 ) -> Path:
     """Write the folder ``out`` atomically (``atomic_folder``): ``fill(tmp)`` writes its files
     into the empty temporary folder ``tmp`` and returns the manifest; returns ``out``.
 
-    ``out`` is checked again under the lock (``check_folder_output``); ``manifest.json`` (the
-    returned dict plus ``files``, the size and SHA-256 of every file) is written and synced
-    last, just before the rename.
+    ``out`` is checked again under the lock (``check_folder_output`` with ``kind`` and
+    ``inputs``); ``manifest.json`` (the returned dict plus ``files``, the size and SHA-256 of
+    every file) is written and synced last, just before the identity record and the rename.
     """
-    with atomic_folder(out, lambda: check_folder_output(out, overwrite, what)) as tmp:
+    inputs = list(inputs)
+    with atomic_folder(
+        out, lambda: check_folder_output(out, overwrite, what, kind, inputs), kind
+    ) as tmp:
         manifest = dict(fill(tmp))
         manifest["files"] = file_hashes(tmp)
         text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"

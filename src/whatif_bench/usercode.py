@@ -10,6 +10,11 @@ raised as the caller's error class (``SpecError`` for forms, ``ModelError`` for 
 - ``F has no class 'Name'`` / ``F.Name is not a class``: the expected attribute is missing or
   cannot be called.
 
+``load_file_checked`` first executes the file in a forked child process (``import_in_child``),
+so a module that ends the process (``os._exit``), crashes it (a segfault) or never finishes
+importing is an error naming it too, ``importing F failed: it ended the process (exit status
+0)``, instead of taking the command with it (an exit status 0 looked like a pass).
+
 A Ctrl-C while the module runs is a ``KeyboardInterrupt`` as usual, never a user-code error.
 A module loaded from a file is not entered in ``sys.modules`` (two files of one name never
 clash); its classes are then sent to worker processes by value (joblib and dask pickle them with
@@ -18,9 +23,14 @@ cloudpickle).
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import importlib.util
 import os
+import select
+import signal
+import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -113,3 +123,83 @@ def load_attribute(
     if not callable(value):
         raise error(f"{label}: {where}.{name} is not a {kind}")
     return value
+
+
+def describe_status(status: int) -> str:
+    """How a child process that ran user code ended, from its ``os.waitpid`` status, in words:
+    ``it ended the process (exit status 0)`` or ``it crashed the process (SIGSEGV, signal 11)``."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "signal"
+        return f"it crashed the process ({name}, signal {number})"
+    return f"it ended the process (exit status {os.waitstatus_to_exitcode(status)})"
+
+
+def import_in_child(
+    path: str | os.PathLike,
+    label: str,
+    error: type[WhatIfError] = UserCodeError,
+    module_name: str | None = None,
+    timeout: float | None = None,
+) -> None:
+    """Execute the file ``path`` once in a forked child process (``load_file`` there) and raise
+    the ``error`` it gives, also when the module ends or crashes that process (``os._exit``,
+    a segfault: ``describe_status``) or takes more than ``timeout`` seconds; nothing where
+    processes cannot fork. The module's effects stay in the child: the caller loads it again."""
+    if not hasattr(os, "fork"):
+        return
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+            faulthandler.disable()  # a crash is the error line, not a dump of threads
+            os.close(read_fd)
+            try:
+                load_file(path, label, error, module_name)
+                message = "ok"
+            except BaseException as exc:  # noqa: BLE001 (the error's own message)
+                message = "error:" + str(exc)
+            os.write(write_fd, message.encode("utf-8", "replace")[:60000])
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001
+                    pass
+            os._exit(0)
+    os.close(write_fd)
+    parts: list[bytes] = []
+    deadline = None if timeout is None else time.monotonic() + timeout
+    finished = False
+    try:
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ready, _, _ = select.select([read_fd], [], [], left)
+            if not ready:
+                raise error(
+                    f"{label}: importing {os.fspath(path)} failed: it did not finish within "
+                    f"{timeout:g} s (an endless loop?)"
+                )
+            data = os.read(read_fd, 65536)
+            if not data:
+                break
+            parts.append(data)
+        finished = True
+    finally:
+        os.close(read_fd)
+        if not finished:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _, status = os.waitpid(pid, 0)
+    message = b"".join(parts).decode("utf-8", "replace")
+    if message == "ok":
+        return
+    if message.startswith("error:"):
+        raise error(message[len("error:") :])
+    raise error(f"{label}: importing {os.fspath(path)} failed: {describe_status(status)}")

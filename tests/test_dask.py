@@ -129,7 +129,7 @@ def test_stream_shards_on_the_cluster_are_the_local_bytes(tmp_path, address, cap
     )
     assert code == 0, err
     names = sorted(p.relative_to(tmp_path / "l") for p in (tmp_path / "l").rglob("*.*"))
-    assert len(names) == 4  # three shards and the manifest
+    assert len(names) == 5  # three shards, the manifest and the identity record
     for name in names:
         assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "l" / name).read_bytes(), name
 

@@ -42,6 +42,11 @@ RLIMIT_HINT = (
 # The OpenDC image's build resolves org.opendc:*:2.0 from Maven Central, or also from this
 # local Maven repository, handed in as the build context `opendc-maven` (docker/opendc/Dockerfile)
 OPENDC_MAVEN_CONTEXT = "opendc-maven"
+# Every image (and build stage) the toolkit builds carries this label, naming the image. After a
+# successful build the untagged images with the same label (the build's stages, the image it
+# replaced) are removed: each is about 1.5 GB, and an engine never removes them itself. Images
+# without the label, the user's own, are never touched.
+BUILT_BY_LABEL = "org.whatif-bench.image"
 
 
 class ContainerError(WhatIfError):
@@ -141,7 +146,9 @@ def build_image(
     ``base`` replaces the default base image (``--build-arg BASE``). The OpenDC image's Maven
     build also resolves from ``maven_repo`` (a local Maven repository folder; default
     ``$WHATIF_OPENDC_MAVEN_REPO``, else Maven Central alone), handed in as a build context.
-    The build's output goes to ``log`` (default: a temporary file, removed).
+    The build's output goes to ``log`` (default: a temporary file, removed). Every image the
+    build makes is labelled ``BUILT_BY_LABEL=<image>``; after a successful build the untagged
+    ones with that label are removed (``remove_superseded``).
     """
     repo = Path(repo)
     dockerfile = repo / "docker" / image / "Dockerfile"
@@ -149,6 +156,7 @@ def build_image(
     if not dockerfile.is_file():
         raise ContainerError(f"image {ref}: no Dockerfile at {dockerfile}")
     command = [engine.path, "build", "--network", "host", "-f", str(dockerfile), "-t", ref]
+    command += ["--label", f"{BUILT_BY_LABEL}={image}"]
     command += pip_build_options(engine)
     if base:
         command += ["--build-arg", f"BASE={base}"]
@@ -179,7 +187,23 @@ def build_image(
                 + (f" (full log: {log})" if log else "")
                 + _hint(engine, text)
             )
+    remove_superseded(engine, image)
     return BuiltImage(ref, seconds, image_size(engine, ref))
+
+
+def remove_superseded(engine: Engine, image: str) -> None:
+    """Remove the untagged images this toolkit built for ``image``: its build stages and the
+    image a newer build replaced (``<engine> image prune`` filtered by ``BUILT_BY_LABEL``).
+
+    Images in use by a container, tagged images and images without the label are kept. A
+    failure to prune only leaves disk space used, so it is not an error.
+    """
+    command = [engine.path, "image", "prune", "--force"]
+    command += ["--filter", f"label={BUILT_BY_LABEL}={image}"]
+    try:
+        subprocess.run(command, capture_output=True, timeout=ENGINE_TIMEOUT_S * 5)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def image_size(engine: Engine, ref: str) -> int:

@@ -173,6 +173,50 @@ def test_a_build_that_fails_names_the_image_and_the_step(engine, base, tmp_path)
     assert "step 'RUN echo building && exit 3'" in message and "\n" not in message
 
 
+def _untagged(engine, *filters: str) -> set[str]:
+    command = [engine.path, "images", "-a", "-q", "--no-trunc", "--filter", "dangling=true"]
+    for item in filters:
+        command += ["--filter", item]
+    listing = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return set(listing.split())
+
+
+def test_a_build_removes_the_untagged_images_it_left_and_only_those(
+    engine, base, tmp_path, monkeypatch
+):
+    """Two builds of a two-stage image: afterwards no untagged image with the toolkit's label
+    for it is left (its stages, the image the second build replaced), while an untagged image
+    of the user's, without the label, is kept."""
+    monkeypatch.setattr(containers, "IMAGES", (*containers.IMAGES, "pruneprobe"))
+    folder = tmp_path / "docker" / "pruneprobe"
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile").write_text(
+        "ARG BASE=python:3.11-slim\nFROM ${BASE} AS stage\nCOPY token /token\n"
+        "FROM ${BASE}\nCOPY --from=stage /token /copied\n"
+    )
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "Dockerfile").write_text(
+        f"FROM {base or 'python:3.11-slim'}\nRUN echo {tmp_path.name} > /mine\n"
+    )
+    built = subprocess.run(
+        [engine.path, "build", "-q", str(users)], capture_output=True, text=True, check=True
+    )
+    user_image = built.stdout.split()[-1]
+    label = f"label={containers.BUILT_BY_LABEL}=pruneprobe"
+    try:
+        for token in ("first", "second"):
+            (tmp_path / "token").write_text(token)
+            containers.build_image(engine, "pruneprobe", tmp_path, base)
+        assert _untagged(engine, label) == set()
+        assert any(user_image in known for known in _untagged(engine))
+    finally:
+        probe = engine.image_ref(containers.image_name("pruneprobe"))
+        subprocess.run([engine.path, "rmi", "-f", probe], capture_output=True)
+        containers.remove_superseded(engine, "pruneprobe")
+        subprocess.run([engine.path, "rmi", "-f", user_image], capture_output=True)
+
+
 def test_a_missing_image_is_one_error_line(engine, tmp_path):
     with pytest.raises(
         ContainerError, match=r"^image \S*whatif-nothing:1: step 'whatif --version' failed"

@@ -69,8 +69,7 @@ class GenerationConfig:
             object.__setattr__(self, name, _names(name, getattr(self, name)))
         for name in ("specs", "forms"):
             for path in getattr(self, name):
-                if not os.path.isfile(path):
-                    raise GenerationError(f"{name}: {path}: no such file")
+                _check_input_file(name, path)
         for path in self.forms:
             if not path.endswith(".py"):
                 raise GenerationError(f"forms: {path}: not a Python file (*.py)")
@@ -100,6 +99,21 @@ class GenerationConfig:
         if self.futures != FUTURES:
             recorded["futures"] = list(self.futures)
         return recorded
+
+
+def _check_input_file(field: str, path: str) -> None:
+    """A spec or forms file of the config must be a regular file: a missing path, a folder, a
+    symbolic link loop or a special file (FIFO, device, socket) is a ``GenerationError``
+    naming the cause."""
+    from whatif_bench.outputs import path_problem
+
+    problem = path_problem(path)
+    if problem is not None:
+        raise GenerationError(f"{field}: {path}: is {problem}, not a regular file")
+    if os.path.isdir(path):
+        raise GenerationError(f"{field}: {path}: is a folder, not a file")
+    if not os.path.isfile(path):
+        raise GenerationError(f"{field}: {path}: no such file")
 
 
 def _names(field: str, values) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from whatif_bench.errors import SpecError
-from whatif_bench.outputs import is_safe_name
+from whatif_bench.outputs import is_safe_name, path_problem
 from whatif_bench.relationships.forms import EFFECTS, FORMS
 from whatif_bench.relationships.ranges import MAX_POOL_FACTOR, MIN_POOL_FACTOR
 from whatif_bench.relationships.shapes import SHAPE_CODES
@@ -540,6 +540,9 @@ def read_spec_text(path: str | Path) -> str:
     A missing, unreadable, non-regular, over-large (``MAX_SPEC_BYTES``) or non-UTF-8 file,
     or one containing NUL bytes, is a ``SpecError`` naming it.
     """
+    problem = path_problem(path)
+    if problem is not None:
+        raise SpecError(f"{path}: cannot read spec file: is {problem}, not a regular file")
     try:
         # O_NONBLOCK: opening a named pipe must not wait for a writer; it is refused below
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)

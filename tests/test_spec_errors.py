@@ -282,6 +282,13 @@ def _fifo(path):
     return path
 
 
+def _loop(path):
+    partner = path.with_name("partner.toml")
+    path.symlink_to(partner)
+    partner.symlink_to(path)
+    return path
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
@@ -292,7 +299,8 @@ def _fifo(path):
         (lambda p: p.write_text(f"a = {'9' * 5000}"), r"not valid TOML: .*4300 digits"),
         (lambda p: p.write_text("# x\n" * 1_200_000), r"larger than 4 MiB"),
         (lambda p: p.mkdir(), r"cannot read spec file: is a folder"),
-        (_fifo, r"cannot read spec file: not a regular file"),
+        (_fifo, r"cannot read spec file: is a FIFO \(named pipe\), not a regular file"),
+        (_loop, r"cannot read spec file: is a symbolic link loop, not a regular file"),
         (lambda p: None, r"cannot read spec file: No such file"),
     ],
     ids=[
@@ -304,6 +312,7 @@ def _fifo(path):
         "huge",
         "folder",
         "fifo",
+        "loop",
         "absent",
     ],
 )

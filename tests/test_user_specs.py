@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import h5py
@@ -204,6 +205,38 @@ def test_a_user_corpus_is_described_given_its_forms_and_exports_null_description
     out = export_corpus(corpus, "parquet", tmp_path / "hf", subset=0.05, progress=False)
     table = pd.read_parquet(next((out / "data").glob("*.parquet")), columns=["description"])
     assert len(table) > 0 and table["description"].isna().all()
+
+
+def _special_input(kind: str, path: Path) -> str:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "loop":
+        partner = path.with_name("partner" + path.suffix)
+        path.symlink_to(partner)
+        partner.symlink_to(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "device":
+        return "/dev/null"
+    return str(path)
+
+
+@pytest.mark.parametrize("field", ["specs", "forms"])
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("fifo", "is a FIFO (named pipe), not a regular file"),
+        ("loop", "is a symbolic link loop, not a regular file"),
+        ("device", "is a character device, not a regular file"),
+        ("folder", "is a folder, not a file"),
+        ("missing", "no such file"),
+    ],
+)
+def test_a_spec_or_forms_path_that_is_not_a_file_names_the_cause(tmp_path, field, kind, message):
+    path = _special_input(kind, tmp_path / ("x.toml" if field == "specs" else "x.py"))
+    with pytest.raises(GenerationError) as error:
+        GenerationConfig(baselines="b.h5", out=str(tmp_path / "c.h5"), **{field: (path,)})
+    assert str(error.value) == f"{field}: {path}: {message}"
 
 
 def test_the_config_validates_itself_when_built(tmp_path):

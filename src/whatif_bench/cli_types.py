@@ -87,23 +87,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def _one_to(text: str, top: int, shown_top: str) -> int:
+    """``text`` as an integer in ``1 .. top``, else the usage error naming ``shown_top``."""
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive integer (>= 1), got {_value(text, value)}; "
+            f"allowed: 1 to {shown_top}"
+        )
+    if value > top:
+        raise argparse.ArgumentTypeError(
+            f"must be between 1 and {shown_top}, got {_value(text, value)}"
+        )
+    return value
+
+
 def bounded_int(top: int, high_text: str = "") -> Callable[[str], int]:
     """An argparse type: an integer in ``1 .. top``; ``high_text`` explains the bound in the
     message (e.g. "2**63 - 1")."""
+    shown_top = f"{top:,}" + (f" ({high_text})" if high_text else "")
 
     def parse(text: str) -> int:
-        shown_top = f"{top:,}" + (f" ({high_text})" if high_text else "")
-        value = _integer(text)
-        if value < 1:
-            raise argparse.ArgumentTypeError(
-                f"must be a positive integer (>= 1), got {_value(text, value)}; "
-                f"allowed: 1 to {shown_top}"
-            )
-        if value > top:
-            raise argparse.ArgumentTypeError(
-                f"must be between 1 and {shown_top}, got {_value(text, value)}"
-            )
-        return value
+        return _one_to(text, top, shown_top)
 
     parse.__name__ = "bounded_int"
     return parse
@@ -117,19 +122,8 @@ shard_size_int = bounded_int(MAX_SHARD_SIZE, "a shard is made whole in memory")
 
 def jobs_int(text: str) -> int:
     """``--jobs`` and ``--dask-local``: worker processes, 1 .. ``max_jobs()`` (8 x the cores)."""
-    top = max_jobs()
-    value = _integer(text)
-    shown_top = f"{top:,} ({JOBS_PER_CORE} per core, {os.cpu_count() or 1} cores)"
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be a positive integer (>= 1), got {_value(text, value)}; "
-            f"allowed: 1 to {shown_top}"
-        )
-    if value > top:
-        raise argparse.ArgumentTypeError(
-            f"must be between 1 and {shown_top}, got {_value(text, value)}"
-        )
-    return value
+    shown_top = f"{max_jobs():,} ({JOBS_PER_CORE} per core, {os.cpu_count() or 1} cores)"
+    return _one_to(text, max_jobs(), shown_top)
 
 
 def seed_int(text: str) -> int:

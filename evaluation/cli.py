@@ -84,7 +84,8 @@ def add_arguments(subparsers) -> None:
             "time limit of one predict call (a batch of up to 256 tasks) of a model of yours "
             "(FILE.py:Class, module:Class), which runs in a child process: after it, that "
             "model's remaining tasks fail and the others finish; 0 or none: no limit, and the "
-            "model runs in the worker process itself (default: %(default)s)"
+            "model runs in the worker process itself; also the limit of importing its module, "
+            "which is first done in a child process (default: %(default)s)"
         ),
     )
     parser.set_defaults(handler=_evaluate)
@@ -113,12 +114,15 @@ def model_timeout(text: str) -> float | None:
     return value
 
 
-def load_model(spec: str):
+def load_model(spec: str, timeout: float | None = DEFAULT_MODEL_TIMEOUT_S):
     """A baseline name, or ``path/to/file.py:Class`` / ``package.module:Class`` (instantiated).
 
-    Any failure (unknown name, missing file, import error, missing class, a constructor that
-    raises) is one ``ModelError`` naming ``spec``; the module is loaded by
-    ``whatif_bench.usercode``, as form modules are, with the same errors."""
+    Any failure (unknown name, missing file, a FIFO or a symbolic link loop, import error,
+    missing class, a constructor that raises) is one ``ModelError`` naming ``spec``; the module
+    is loaded by ``whatif_bench.usercode``, as form modules are, with the same errors. It is
+    executed in a forked child process first (``checked``), so a module that ends or crashes
+    the process at import, or takes more than ``timeout`` seconds (None: no limit), is such an
+    error too, not the end of the command."""
     from whatif_bench.evaluation.forecasters import BASELINES, ModelError
     from whatif_bench.usercode import describe_exception, load_attribute
 
@@ -132,7 +136,8 @@ def load_model(spec: str):
     where, _, name = spec.rpartition(":")
     if not where or not name:
         raise ModelError(f"model {spec!r}: expected FILE.py:Class or module:Class")
-    factory = load_attribute(where, name, f"model {spec!r}", ModelError, kind="class")
+    label = f"model {spec!r}"
+    factory = load_attribute(where, name, label, ModelError, "class", checked=True, timeout=timeout)
     try:
         return factory()
     except Exception as exc:
@@ -173,7 +178,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise WhatIfError(f"{args.corpus}: no such corpus file")
     # checked before importing models or reading tasks; created once the workers are ready
     out = check_out_folder(args.out, args.corpus, create=False)
-    models = [load_model(spec) for spec in specs]
+    models = [load_model(spec, args.model_timeout) for spec in specs]
     args.interrupt_note = (
         f"finished chunks were kept in {out}/per_task; run the same command again to resume"
     )

@@ -14,34 +14,31 @@ errors, and are left out of that model's aggregates. ``EvaluationResult.failures
 
 Models cannot harm each other or the run (``evaluate``; docs/RELIABILITY.md): read-only inputs;
 a model of the user runs ``predict`` in a forked child process with a time limit per batch, so
-an endless loop, ``exit()``, ``os._exit`` or a crash fails that model's tasks with the reason.
+an endless loop, ``exit()``, ``os._exit`` or a crash fails that model's tasks with the reason;
+a worker process that dies is replaced and its chunks run again (``_run_pool``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import faulthandler
 import functools
 import hashlib
 import json
 import math
 import os
-import pickle
-import select
 import signal
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from whatif_bench.cluster import WORKER_DIED, WorkerDied
 from whatif_bench.errors import WhatIfError
 from whatif_bench.evaluation.forecasters import (
     Forecaster,
@@ -63,13 +60,18 @@ from whatif_bench.outputs import (
     OutputError,
     OutputLockedError,
     atomic_output,
+    check_folder_kind,
     check_output_path,
+    lock_path,
     make_folder,
+    os_error,
     output_lock,
+    read_identity,
     safe_name,
+    write_identity,
     write_text_atomic,
 )
-from whatif_bench.workers import end_with_parent
+from whatif_bench.usercode import run_in_child
 
 if TYPE_CHECKING:
     from whatif_bench.generator.corpus import Corpus
@@ -275,69 +277,26 @@ def _exit_reason(status: int) -> str:
 
 
 def _predict_in_child(forecaster, inputs: list[TaskInput], timeout: float) -> list | str:
-    """``_predict`` in a forked child process, stopped (killed) after ``timeout`` seconds.
+    """``_predict`` in a forked child process, stopped (killed) after ``timeout`` seconds
+    (``usercode.run_in_child``).
 
     The child has the model and the inputs already (fork); it sends back the forecasts as
     plain arrays (``_portable``). Whatever the model does there (exit, ``os._exit``, a crash,
     an endless loop, writes to memory) ends at most that child: it becomes the reason."""
-    parent = os.getpid()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into the caller
-        status = 0
-        try:
-            # Ctrl-C reaches the whole process group: the parent handles it and kills this child
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            # a crash is reported as the batch's reason, not as a dump of this process's threads
-            # (loky's workers enable faulthandler)
-            faulthandler.disable()
-            os.close(read_fd)
-            end_with_parent(parent)
-            result = _predict(forecaster, inputs)
-            if not isinstance(result, str):
-                result = [_portable(forecast) for forecast in result]
-            try:
-                payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as exc:  # noqa: BLE001
-                payload = pickle.dumps(
-                    _one_line(f"the forecasts cannot be sent back: {type(exc).__name__}: {exc}")
-                )
-            with os.fdopen(write_fd, "wb") as out:
-                out.write(payload)
-        except BaseException:  # noqa: BLE001 (the parent reports a child that stops early)
-            status = 1
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            os._exit(status)
-    os.close(write_fd)
-    parts: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    finished = False
-    try:
-        while True:
-            left = max(deadline - time.monotonic(), 0.0)
-            ready, _, _ = select.select([read_fd], [], [], left)
-            if not ready:
-                return TIMEOUT_REASON.format(timeout=timeout)
-            data = os.read(read_fd, 1 << 20)
-            if not data:
-                break
-            parts.append(data)
-        finished = True
-    finally:
-        os.close(read_fd)
-        if not finished:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-    if status != 0 or not parts:
-        return _exit_reason(status)
-    try:
-        return pickle.loads(b"".join(parts))
-    except Exception:  # noqa: BLE001 (cut short)
-        return _exit_reason(status)
+    result = run_in_child(functools.partial(_portable_predict, forecaster, inputs), timeout)
+    if result.ok:
+        return result.value
+    if result.timed_out:
+        return TIMEOUT_REASON.format(timeout=timeout)
+    if result.status is not None:
+        return _exit_reason(result.status)
+    return _one_line(f"the forecasts cannot be sent back: {result.unsent}")
+
+
+def _portable_predict(forecaster, inputs: list[TaskInput]) -> list | str:
+    """``_predict``, with the forecasts as plain arrays (``_portable``)."""
+    result = _predict(forecaster, inputs)
+    return result if isinstance(result, str) else [_portable(forecast) for forecast in result]
 
 
 def _isolated(model: Forecaster | str, timeout: float | None) -> bool:
@@ -380,8 +339,9 @@ def _model_forecasts(
 
 
 def _fatal(reason: str) -> bool:
-    """A failure after which the model is not called again in this run: it ran out of time."""
-    return reason.startswith(TIMEOUT_REASON.split("{", 1)[0])
+    """A failure after which the model is not called again in this run: it ran out of time,
+    or its run killed the worker process (``_run_alone``)."""
+    return reason.startswith((TIMEOUT_REASON.split("{", 1)[0], WORKER_DIED))
 
 
 def _score_forecast(truth: np.ndarray, forecast) -> dict[str, float] | str:
@@ -689,31 +649,151 @@ def _saved_and_pending(
     return done, todo
 
 
-def _save_results(
-    todo: list,
-    results,
-    done: dict[tuple[str, int], pd.DataFrame],
-    labels: list[str],
-    n_chunks: int,
-    path_of: Callable[[str, int], Path],
-    bar,
-    given_up: dict[str, str] | None = None,
-) -> list[pd.DataFrame]:
-    """Write each computed chunk (``results`` in the order of ``todo``, as
-    ``_saved_and_pending`` gave it) to ``path_of(label, index)`` and into ``done``; then every
-    chunk's frame, model by model and chunk by chunk. A model that ran out of time (``_fatal``)
-    enters ``given_up``: the chunks sent out after this are not given to it."""
-    for (index, _, pending), frames in zip(todo, results, strict=True):
+MAX_WORKER_DEATHS = 3  # deaths of a worker of the full pool; then one chunk at a time
+
+
+@dataclass
+class _Pass:
+    """One pass over chunks (the tasks', or the relational histories'), as it is saved: each
+    model's frame of a chunk goes to ``path_of(label, index)`` and into ``done``; ``columns``
+    are a frame's; ``given_up`` (label -> reason) holds the models not called again (``_fatal``);
+    ``bar`` counts the chunks finished."""
+
+    done: dict[tuple[str, int], pd.DataFrame]
+    path_of: Callable[[str, int], Path]
+    columns: list[str]
+    given_up: dict[str, str]
+    note: Callable[[str], None]
+    bar: Any
+    left: dict[int, int] = field(default_factory=dict)  # chunk index -> models not saved yet
+
+    def save(self, unit: tuple, frames: list[pd.DataFrame]) -> None:
+        """Write the frames of ``unit`` (``(index, ids, [(model, label), ...])``, a model's
+        frame each); a model with a fatal failure enters ``given_up``."""
+        index, _, pending = unit
         for (_, label), frame in zip(pending, frames, strict=True):
-            _write_chunk(frame, path_of(label, index))
-            done[label, index] = frame
-            if given_up is not None and label not in given_up:
+            _write_chunk(frame, self.path_of(label, index))
+            self.done[label, index] = frame
+            if label not in self.given_up:
                 fatal = [reason for reason in frame["failed"] if reason and _fatal(reason)]
                 if fatal:
-                    given_up[label] = f"{fatal[0]} (on an earlier batch; not called again)"
-        bar.update()
-    bar.close()
-    return [done[label, index] for label in labels for index in range(n_chunks)]
+                    self.given_up[label] = f"{fatal[0]} (on an earlier batch; not called again)"
+        self.left[index] -= len(pending)
+        if self.left[index] == 0:
+            self.bar.update()
+
+    def fail(self, unit: tuple, reason: str) -> None:
+        """Save every task (history) of ``unit`` as failed with ``reason``, for its models."""
+        index, ids, pending = unit
+        self.save(unit, [_failed_frame(ids, label, reason, self.columns) for _, label in pending])
+
+
+def _failed_frame(ids: list[str], label: str, reason: str, columns: list[str]) -> pd.DataFrame:
+    """A model's frame of a chunk in which every task (history) of ``ids`` failed with
+    ``reason``: NaN scores, as ``_score_tasks`` and ``_relational_tasks`` write them."""
+    scores = dict.fromkeys(columns[2:-1], np.nan)
+    rows = [{columns[0]: i, "model": label, **scores, "failed": reason} for i in ids]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _save_results(
+    pool,
+    function: Callable,
+    call_of: Callable[[tuple], tuple],
+    todo: list,
+    state: _Pass,
+    labels: list[str],
+    n_chunks: int,
+) -> list[pd.DataFrame]:
+    """Compute the work of ``todo`` (``(index, ids, [(model, label), ...])`` per chunk, as
+    ``_saved_and_pending`` gives it): ``function(*call_of(unit))`` on ``pool``
+    (``_run_pool``), each result saved as it comes (``state.save``); then every chunk's
+    frame, model by model and chunk by chunk. A model that ran out of time or killed its
+    worker (``_fatal``) enters ``state.given_up``: the chunks sent out after this are not
+    given to it."""
+    state.left = {index: len(pending) for index, _, pending in todo}
+    _run_pool(pool, function, call_of, todo, state)
+    state.bar.close()
+    return [state.done[label, index] for label in labels for index in range(n_chunks)]
+
+
+def _run_pool(
+    pool, function: Callable, call_of: Callable[[tuple], tuple], todo: list, state: _Pass
+) -> None:
+    """Run every unit of ``todo`` on ``pool`` and save its result, in order.
+
+    A local worker process that dies (``WorkerDied``: the OOM killer, a kill, a model run in
+    the worker itself that ends or crashes it) loses the calls in flight, never what was
+    saved. The rest runs again in new worker processes, the first unit not saved alone
+    first (``_run_alone``: a model whose run alone kills its worker fails there and is given
+    up); a death that does not repeat loses nothing. After ``MAX_WORKER_DEATHS`` deaths of
+    a worker of the full pool, the rest runs one unit at a time. A Ctrl-C stops it all."""
+    queue = list(todo)
+    deaths = 0
+    while queue:
+        if deaths >= MAX_WORKER_DEATHS:
+            _run_alone(pool, function, call_of, queue.pop(0), state)
+            continue
+        batch, saved = list(queue), 0
+        try:
+            for frames in pool.ordered(function, (call_of(unit) for unit in batch)):
+                state.save(batch[saved], frames)
+                saved += 1
+            return
+        except WorkerDied as died:
+            del queue[:saved]
+            deaths += 1
+            state.note(
+                f"{died.reason}; chunk {queue[0][0]} and the ones after it run again in new "
+                "worker processes, that chunk alone first"
+                + ("; the rest one at a time" if deaths == MAX_WORKER_DEATHS else "")
+            )
+            _run_alone(pool, function, call_of, queue.pop(0), state)
+
+
+def _run_alone(
+    pool, function: Callable, call_of: Callable[[tuple], tuple], unit: tuple, state: _Pass
+) -> None:
+    """Run ``unit`` by itself in a worker process; if that dies too, each of its models by
+    itself: a model whose run kills its worker then fails the chunk with the reason (and is
+    not called again)."""
+    try:
+        _run_one(pool, function, call_of, unit, state)
+        return
+    except WorkerDied as died:
+        if len(unit[2]) == 1:
+            _blame(unit, died.reason, state)
+            return
+    index, ids, pending = unit
+    for model_and_label in pending:
+        single = (index, ids, [model_and_label])
+        try:
+            _run_one(pool, function, call_of, single, state)
+        except WorkerDied as died:
+            _blame(single, died.reason, state)
+
+
+def _run_one(
+    pool, function: Callable, call_of: Callable[[tuple], tuple], unit: tuple, state: _Pass
+) -> None:
+    """Run ``unit`` alone on ``pool`` and save its result."""
+    for frames in pool.ordered(function, [call_of(unit)]):
+        state.save(unit, frames)
+
+
+def _blame(unit: tuple, reason: str, state: _Pass) -> None:
+    """Fail the one model of ``unit``, whose run alone killed its worker process."""
+    index, _, [(_, label)] = unit
+    state.note(
+        f"model {label!r} killed its worker process again when chunk {index} ran it alone: "
+        f"{reason}; its tasks there fail and it is not called again"
+    )
+    state.fail(unit, reason)
+
+
+def _unit_models(unit: tuple) -> list[Forecaster | str]:
+    """The models of a unit of work ``(index, ids, [(model, label), ...])``."""
+    return [model for model, _ in unit[2]]
 
 
 def _manifest(
@@ -762,15 +842,39 @@ def _lock_folder(out: Path) -> Iterator[None]:
         yield
 
 
+EVALUATION = "evaluation"  # the kind of an evaluation folder's identity record (outputs)
+_LOCK_NAME = lock_path(Path("evaluation")).name  # what _lock_folder leaves in the folder
+_NEW_FOLDER = "choose a new or empty folder (or an earlier whatif evaluate's, to resume it)"
+
+
 def check_out_folder(
     out: str | os.PathLike, corpus_path: str | os.PathLike, create: bool = True
 ) -> Path:
     """``out`` as a folder that exists and can be written, or a clear ``OutputError``;
-    ``create=False`` checks it without creating anything."""
+    ``create=False`` checks it without creating anything.
+
+    An existing folder must be empty (but for the lock file ``_lock_folder`` leaves) or hold
+    this toolkit's identity record of kind ``evaluation`` (``outputs.read_identity``: an
+    evaluation to resume); a folder of anyone else's, or another whatif output (an export, a
+    stream, a diagnosis), is refused before anything is written in it. A folder without the
+    record gets it when it is created (``create``), so other commands never replace it.
+    """
     if str(out).strip() == "":
         raise OutputError("the output folder (--out) is empty; give a folder for the results")
     out = check_output_path(out, inputs=[corpus_path], folder=True)
-    return make_folder(out) if create else out
+    if out.is_dir():
+        check_folder_kind(
+            out, "whatif evaluate", EVALUATION, "write into", [_LOCK_NAME], _NEW_FOLDER
+        )
+    if not create:
+        return out
+    make_folder(out)
+    if read_identity(out) is None:
+        try:
+            write_identity(out, EVALUATION)
+        except OSError as exc:
+            raise os_error(exc, out) from None
+    return out
 
 
 def _prepare_model_folder(
@@ -838,6 +942,15 @@ def evaluate(
     its process (a segfault, a kill) fails that batch with the reason; the others go on.
     ``model_timeout=None`` runs every model in the worker process itself, without a limit
     (for a model that cannot run in a forked process, e.g. one that has initialised CUDA).
+
+    A local worker process (``jobs`` > 1) that dies (the OOM killer, a kill, a model run in
+    the worker itself that ends or crashes it) stops nothing: the chunks scored are kept and
+    the rest runs again in new workers, the first chunk not scored alone first, then, if that
+    dies too, each of its models alone. A model whose run alone kills its worker fails that
+    chunk's tasks with the reason ("the worker process died (killed by signal 9 SIGKILL: out
+    of memory, or killed)") and is not called again; a death that does not repeat loses
+    nothing. After ``MAX_WORKER_DEATHS`` deaths the rest runs one chunk at a time. Each death
+    is a note. A Ctrl-C stops the whole run; the chunks scored are kept.
     """
     from whatif_bench.cluster import open_pool
 
@@ -944,37 +1057,24 @@ def _run_evaluation(
         # when it is sent (the calls are generated lazily)
         given_up: dict[str, str] = {}
         if pool.distributed:  # read here, a few chunks ahead of the workers
-            results = pool.ordered(
-                _score_tasks,
-                (
-                    (
-                        corpus.task_inputs(c, units),
-                        corpus.ground_truths(c),
-                        [m for m, _ in p],
-                        timeout,
-                        dict(given_up),
-                    )
-                    for _, c, p in todo
-                ),
-            )
+            function: Callable = _score_tasks
+
+            def call_of(unit: tuple) -> tuple:
+                _, c, _ = unit
+                inputs, truths = corpus.task_inputs(c, units), corpus.ground_truths(c)
+                return (inputs, truths, _unit_models(unit), timeout, dict(given_up))
+
         else:  # each worker process opens the corpus once (_corpus_reader)
-            results = pool.ordered(
-                _score_chunk,
-                (
-                    (str(corpus_path), identity, c, [m for m, _ in p], timeout, dict(given_up))
-                    for _, c, p in todo
-                ),
-            )
-        parts = _save_results(
-            todo,
-            results,
-            done,
-            labels,
-            len(chunks),
-            lambda lb, i: folders[lb] / _chunk_name(i),
-            bar,
-            given_up,
+            function = _score_chunk
+
+            def call_of(unit: tuple) -> tuple:
+                path = str(corpus_path)
+                return (path, identity, unit[1], _unit_models(unit), timeout, dict(given_up))
+
+        state = _Pass(
+            done, lambda lb, i: folders[lb] / _chunk_name(i), CHUNK_COLUMNS, given_up, note, bar
         )
+        parts = _save_results(pool, function, call_of, todo, state, labels, len(chunks))
         per_task = pd.concat(parts, ignore_index=True).merge(tasks, on="task_id", how="inner")
         with atomic_output(out / "per_task.parquet", lock=False) as tmp:
             per_task.to_parquet(tmp, index=False)
@@ -1035,31 +1135,27 @@ def _run_relational(
     bar = tqdm(total=len(todo), desc="relational", unit="chunk", disable=not progress)
     given_up = {} if given_up is None else given_up
     if pool.distributed:
-        results = pool.ordered(
-            _relational_tasks,
-            (
-                (*relational_parts(corpus, c, units), [m for m, _ in p], timeout, dict(given_up))
-                for _, c, p in todo
-            ),
-        )
+        function: Callable = _relational_tasks
+
+        def call_of(unit: tuple) -> tuple:
+            inputs_and_truths = relational_parts(corpus, unit[1], units)
+            return (*inputs_and_truths, _unit_models(unit), timeout, dict(given_up))
+
     else:
-        results = pool.ordered(
-            _relational_chunk,
-            (
-                (corpus_path, identity, c, [m for m, _ in p], timeout, dict(given_up))
-                for _, c, p in todo
-            ),
-        )
-    parts = _save_results(
-        todo,
-        results,
+        function = _relational_chunk
+
+        def call_of(unit: tuple) -> tuple:
+            return (corpus_path, identity, unit[1], _unit_models(unit), timeout, dict(given_up))
+
+    state = _Pass(
         done,
-        labels,
-        len(chunks),
         lambda label, index: folders[label] / _relational_chunk_name(index),
-        bar,
+        RELATIONAL_COLUMNS,
         given_up,
+        note,
+        bar,
     )
+    parts = _save_results(pool, function, call_of, todo, state, labels, len(chunks))
     axes = ["pair_id", "target", *pair_columns()]
     return pd.concat(parts, ignore_index=True).merge(histories[axes], on="pair_id", how="inner")
 

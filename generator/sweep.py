@@ -105,15 +105,6 @@ def generate_target(
     return results
 
 
-def remove_stale_temporaries(out: Path, own: Path) -> None:
-    """Remove the temporary files of earlier runs that were killed (call holding the lock):
-    only this toolkit's own (``outputs.remove_stale_temporaries``: the exact name with its
-    process marker, that process gone)."""
-    from whatif_bench.outputs import remove_stale_temporaries as remove
-
-    remove(out, own)
-
-
 @contextlib.contextmanager
 def _interrupt_flag():
     """Remember a Ctrl-C even if Python drops its KeyboardInterrupt (raised inside a __del__)."""
@@ -142,9 +133,11 @@ def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> P
     connected first, so an unreachable scheduler fails before anything is written, and the
     file is byte for byte the one a local run writes.
     Before any work the output is checked (not a folder, not under a file, not the baselines
-    file) and locked (a second run on the same output fails at once). The corpus is written to
-    a per-process hidden temporary file and renamed over ``config.out`` only when complete, so
-    a failed, interrupted or killed run leaves any earlier corpus as it was. A full disk or a
+    file, and an existing file only if it is a whatif corpus: ``outputs.check_file_output``)
+    and locked (a second run on the same output fails at once); the temporaries of killed runs
+    are removed (``outputs.atomic_output``). The corpus is written to a per-process hidden
+    temporary file and renamed over ``config.out`` only when complete, so a failed,
+    interrupted or killed run leaves any earlier corpus as it was. A full disk or a
     read-only folder is an ``OutputError`` naming the path. ``config.specs`` and
     ``config.forms`` are read (and the forms modules run) once here; workers re-load the
     modules by path and hash (``relationships.source``).
@@ -152,16 +145,17 @@ def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> P
     from whatif_bench.cluster import open_pool
     from whatif_bench.generator.selection import select_targets
     from whatif_bench.generator.writer import CorpusWriter
-    from whatif_bench.outputs import atomic_output
+    from whatif_bench.outputs import CORPUS, atomic_output, check_file_output
 
     if cluster is not None and config.jobs not in (None, 1):
         raise GenerationError(f"give jobs ({config.jobs} local processes) or a cluster, not both")
     out = Path(config.out)
+    inputs = [config.baselines, *config.specs, *config.forms]
+    check_file_output(out, CORPUS, inputs)  # before the pool starts
     with (
         open_pool(config.jobs or default_jobs(), cluster) as pool,
-        atomic_output(config.out, inputs=[config.baselines, *config.specs, *config.forms]) as tmp,
+        atomic_output(config.out, inputs=inputs, kind=CORPUS) as tmp,
     ):
-        remove_stale_temporaries(out, tmp)
         source = config.registry_source()  # the spec texts and forms hashes, read once
         selection = select_targets(config, source)
         with (

@@ -251,15 +251,16 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _doc(args: argparse.Namespace) -> int:
-    from whatif_bench.outputs import check_output_path, write_text_atomic
+    from whatif_bench.outputs import REFERENCE, check_file_output, write_text_atomic
     from whatif_bench.relationships.docs import render_reference
     from whatif_bench.relationships.registry import load_registry
 
     if args.out != "-":
-        check_output_path(args.out)  # a folder (or a path under a file) is refused up front
+        # refused up front: a folder, a path under a file, a file that is not a reference
+        check_file_output(args.out, REFERENCE)
     text = render_reference(load_registry())
     if args.out == "-":
         sys.stdout.write(text)
     else:
-        print(f"wrote {write_text_atomic(args.out, text)}")
+        print(f"wrote {write_text_atomic(args.out, text, kind=REFERENCE)}")
     return 0

@@ -21,12 +21,9 @@ twice; the parent kills the child when a call takes longer than ``timeout`` seco
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import os
-import select
-import signal
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +31,12 @@ from typing import Any
 from whatif_bench.errors import SpecError
 from whatif_bench.outputs import path_problem
 from whatif_bench.relationships.forms import EFFECTS, FORMS, FormDefinition
-from whatif_bench.usercode import describe_exception, import_in_child, load_file
+from whatif_bench.usercode import (
+    describe_exception,
+    import_in_child,
+    load_file,
+    run_each_in_child,
+)
 
 FORM_MODULE = "form module"  # how errors name a module of forms (see whatif_bench.usercode)
 USER_CODE_TIMEOUT_S = 60.0  # per relationship: numba compiles the user's function in that time
@@ -211,63 +213,37 @@ def call_each_with_timeout(
 ) -> list[Any]:
     """``[function(item) for item in items]`` computed in a forked child process.
 
-    Results must be JSON-serialisable. A call that raises, or that takes more than ``timeout``
-    seconds (the child is then killed), or a child that dies, is a ``SpecError`` whose message
-    starts with ``describe(item)``.
+    A call that raises, or that takes more than ``timeout`` seconds (the child is then
+    killed), or a child that dies, is a ``SpecError`` whose message starts with
+    ``describe(item)``; the items after it are not run (``usercode.run_each_in_child``).
     """
-    if not items:
-        return []
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into the caller
-        status = 0
-        try:
-            # Ctrl-C reaches the whole process group: the parent handles it and kills this child
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            os.close(read_fd)
-            with os.fdopen(write_fd, "w") as out:
-                for item in items:
-                    try:
-                        message = {"result": function(item)}
-                    except BaseException as exc:  # noqa: BLE001 (user code)
-                        message = {"error": describe_exception(exc)}
-                    out.write(json.dumps(message) + "\n")
-                    out.flush()
-        except BaseException:  # noqa: BLE001 (the parent reports a child that stops early)
-            status = 1
-        finally:
-            os._exit(status)
-    os.close(write_fd)
+    outcomes = run_each_in_child(
+        functools.partial(_result_or_error, function),
+        items,
+        timeout,
+        stop=lambda outcome: "error" in outcome,
+    )
     results: list[Any] = []
-    buffer = b""
-    try:
-        for item in items:
-            deadline = time.monotonic() + timeout
-            while b"\n" not in buffer:
-                left = deadline - time.monotonic()
-                ready, _, _ = select.select([read_fd], [], [], max(left, 0.0))
-                if not ready:
-                    raise SpecError(
-                        f"{describe(item)}: user form code did not return within {timeout:g} s "
-                        "(an endless loop?)"
-                    )
-                chunk = os.read(read_fd, 65536)
-                if not chunk:
-                    raise SpecError(f"{describe(item)}: the process running user form code died")
-                buffer += chunk
-            line, buffer = buffer.split(b"\n", 1)
-            message = json.loads(line)
-            if "error" in message:
-                raise SpecError(f"{describe(item)}: {message['error']}")
-            results.append(message["result"])
-    finally:
-        os.close(read_fd)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(pid, 0)
+    for item, outcome in zip(items, outcomes, strict=False):
+        if outcome.timed_out:
+            raise SpecError(
+                f"{describe(item)}: user form code did not return within {timeout:g} s "
+                "(an endless loop?)"
+            )
+        if not outcome.ok:
+            raise SpecError(f"{describe(item)}: the process running user form code died")
+        if "error" in outcome.value:
+            raise SpecError(f"{describe(item)}: {outcome.value['error']}")
+        results.append(outcome.value["result"])
     return results
+
+
+def _result_or_error(function: Callable[[Any], Any], item: Any) -> dict:
+    """``{"result": function(item)}``, or ``{"error": <the exception in one line>}``."""
+    try:
+        return {"result": function(item)}
+    except BaseException as exc:  # noqa: BLE001 (user code)
+        return {"error": describe_exception(exc)}
 
 
 def probe_user_forms(relationships: Iterable[Any], timeout: float | None = None) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 
 from whatif_bench._version import __version__
 from whatif_bench.h5write import guarded_h5
-from whatif_bench.outputs import atomic_output, is_safe_name, safe_name
+from whatif_bench.outputs import BASELINES, atomic_output, check_file_kind, is_safe_name, safe_name
 from whatif_bench.simulators.base import (
     MAX_INTERVAL_S,
     Baselines,
@@ -39,7 +39,7 @@ from whatif_bench.simulators.base import (
 )
 from whatif_bench.simulators.tabular import is_tabular, read_table_baselines
 
-FORMAT = "whatif-baselines"
+FORMAT = f"whatif-{BASELINES}"  # "whatif-baselines": outputs.file_kind reads the kind in it
 FORMAT_VERSION = 1
 
 
@@ -79,6 +79,15 @@ def series_hash(
 
 
 def check_store_path(path: str | os.PathLike) -> None:
+    """Refuse ``path`` as the store a command names (``--out``), before its work: a name the
+    reader would take for a table (``_check_store_name``), or an existing file that is not a
+    baselines store this toolkit wrote (``outputs.check_file_kind``: its ``format`` attribute;
+    the file of anyone else is never replaced)."""
+    _check_store_name(path)
+    check_file_kind(path, BASELINES)
+
+
+def _check_store_name(path: str | os.PathLike) -> None:
     """A store is HDF5: refuse a name the reader would take for a table (``.csv``, ``.parquet``,
     ``.pq``), which could not be read back."""
     if is_tabular(path):
@@ -91,11 +100,17 @@ def check_store_path(path: str | os.PathLike) -> None:
 def write_baselines(
     path: str | os.PathLike, baselines: Iterable[Baselines], inputs: Iterable[str] = ()
 ) -> Path:
-    """Write the store atomically (``outputs.atomic_output``: locked, temporary file, rename);
-    ``inputs`` are paths the output must not replace. Returns the path."""
+    """Write the store atomically (``outputs.atomic_output``: locked, temporary file, rename,
+    a killed run's temporary removed); ``inputs`` are paths the output must not replace.
+    Returns the path.
+
+    An existing file at ``path`` is replaced whatever it is (a world cache rebuilds a damaged
+    file of its own): a command writing to a path the user named checks it first with
+    ``check_store_path``.
+    """
     import h5py
 
-    check_store_path(path)
+    _check_store_name(path)
     items = list(baselines)
     names = [b.simulator for b in items]
     if len(set(names)) != len(names):

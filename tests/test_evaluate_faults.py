@@ -26,7 +26,7 @@ from whatif_bench.cli import main
 from whatif_bench.evaluation import Forecast, evaluate, leaderboard, runner
 from whatif_bench.evaluation.forecasters import ModelError, fingerprint
 from whatif_bench.generator import GenerationConfig, generate
-from whatif_bench.outputs import OutputError, output_lock
+from whatif_bench.outputs import OutputError, output_lock, write_identity
 from whatif_bench.simulators import shipped_baselines_path
 
 SUBSET = 0.1
@@ -427,6 +427,7 @@ def test_bad_model_lists(tmp_path, corpus_path, capsys, models, message):
 def test_a_damaged_manifest_is_named(tmp_path, corpus_path, capsys, content, why):
     out = tmp_path / "o"
     out.mkdir()
+    write_identity(out, "evaluation")  # an evaluation folder (one whose manifest was damaged)
     (out / "manifest.json").write_text(content)
     code, _, err = whatif(
         capsys, "evaluate", str(corpus_path), "--models", "naive", "--out", str(out)

@@ -4,15 +4,21 @@
 Every case goes through the real command line (``run_whatif``) on a one-target corpus: a model
 that writes into its inputs, never returns, calls ``exit()`` or ``os._exit``, segfaults or
 raises fails its own tasks, with the reason in per_task.parquet and a ``warning:`` line, and
-the baseline next to it scores exactly what it scores alone. A forms module that exits or
-crashes at import is an ``error:`` naming it, never a pass.
+the baseline next to it scores exactly what it scores alone; so does a model that kills the
+worker process it runs in (``--jobs 2 --model-timeout 0``), and a worker death that does not
+repeat loses nothing. A forms module or a models module that exits, crashes or hangs at
+import is an ``error:`` naming it, never a pass. ``usercode.run_in_child``, the one way user
+code runs in a child, is tested on its own at the end.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -85,6 +91,22 @@ class Raises:
 
     def predict(self, batch):
         raise RuntimeError("boom")
+
+
+class KillsWorker:
+    name = "kills-worker"
+
+    def predict(self, batch):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillsOnRestraint:
+    name = "kills-on-restraint"
+
+    def predict(self, batch):
+        if any(t.task_id.endswith("/restraint") for t in batch):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return last(batch)
 """
 
 TIMEOUT = "2"
@@ -203,6 +225,141 @@ def test_dying_models_in_worker_processes_fail_their_tasks_only(
     assert_naive_unchanged(pd.read_parquet(out / "per_task.parquet"), naive_alone)
 
 
+WORKER_KILLED = "the worker process died (killed by signal 9 SIGKILL: out of memory, or killed)"
+
+
+@pytest.mark.parametrize(
+    ("cls", "name", "reason"),
+    [
+        ("KillsWorker", "kills-worker", WORKER_KILLED),
+        ("HardExit", "hard-exit", "the worker process died (exit status 7)"),
+    ],
+    ids=["sigkill", "os-exit"],
+)
+def test_a_model_that_kills_its_worker_process_fails_only_its_own_tasks(
+    tmp_path, corpus, models_file, naive_alone, cls, name, reason
+):
+    out = tmp_path / "o"
+    result = run_whatif(
+        "evaluate",
+        str(corpus),
+        "--models",
+        f"{models_file}:{cls},naive",
+        "--jobs",
+        "2",
+        "--model-timeout",
+        "0",  # in the worker process itself: its death is the worker's
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 1, result.stderr
+    assert_no_crash_output(result.stderr)
+    assert "TerminatedWorkerError" not in result.stderr
+    assert f"note: {reason}; chunk 0 and the ones after it run again" in result.stderr
+    assert (
+        f"note: model '{name}' killed its worker process again when chunk 0 ran it alone: "
+        + (f"{reason}; its tasks there fail and it is not called again")
+        in result.stderr
+    ), result.stderr
+    total = len(naive_alone)
+    assert f"warning: model '{name}' failed on {total:,} of {total:,} tasks (first: " in (
+        result.stderr
+    )
+    assert "error: 1 model(s) failed on some tasks" in result.stderr
+    per_task = pd.read_parquet(out / "per_task.parquet")
+    failed = per_task.loc[per_task["model"] == name, "failed"]
+    assert len(failed) == total and failed.str.startswith(reason).all()
+    assert failed.str.contains("(on an earlier batch; not called again)", regex=False).any()
+    assert_naive_unchanged(per_task, naive_alone)
+
+
+DIES_ONCE = """\
+import os
+import signal
+
+import numpy as np
+
+from whatif_bench.evaluation import Forecast
+
+MARKER = {marker!r}
+
+
+class DiesOnce:
+    name = "dies-once"
+
+    def predict(self, batch):
+        try:  # the first call of all (in any worker) kills its worker; the others forecast
+            os.close(os.open(MARKER, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return [Forecast(point=np.full(t.prediction_length, float(t.history_target[-1])))
+                    for t in batch]
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_worker_death_that_does_not_repeat_loses_nothing(tmp_path, corpus, naive_alone):
+    marker = tmp_path / "died"
+    models = tmp_path / "once.py"
+    models.write_text(DIES_ONCE.format(marker=str(marker)))
+    out = tmp_path / "o"
+    result = run_whatif(
+        "evaluate",
+        str(corpus),
+        "--models",
+        f"{models}:DiesOnce,naive",
+        "--jobs",
+        "2",
+        "--model-timeout",
+        "0",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    assert marker.exists()  # a worker did die
+    assert f"note: {WORKER_KILLED}; chunk 0 and the ones after it run again" in result.stderr
+    assert_no_crash_output(result.stderr)
+    assert "warning:" not in result.stderr and "error:" not in result.stderr
+    per_task = pd.read_parquet(out / "per_task.parquet")
+    assert len(per_task) == 2 * len(naive_alone) and (per_task["failed"] == "").all()
+    assert_naive_unchanged(per_task, naive_alone)
+
+
+def test_a_model_that_kills_its_worker_in_the_relational_pass_fails_only_those_histories(
+    tmp_path, corpus, models_file, naive_alone
+):
+    out = tmp_path / "o"
+    result = run_whatif(
+        "evaluate",
+        str(corpus),
+        "--models",
+        f"{models_file}:KillsOnRestraint,naive",
+        "--relational",
+        "--jobs",
+        "2",
+        "--model-timeout",
+        "0",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 1, result.stderr
+    assert_no_crash_output(result.stderr)
+    per_task = pd.read_parquet(out / "per_task.parquet")
+    assert (per_task["failed"] == "").all()  # the tasks have no restraint future: all scored
+    assert_naive_unchanged(per_task, naive_alone)
+    relational = pd.read_parquet(out / "relational.parquet")
+    killer = relational[relational["model"] == "kills-on-restraint"]
+    histories = relational["pair_id"].nunique()
+    assert len(killer) == histories and killer["failed"].str.startswith(WORKER_KILLED).all()
+    naive = relational[relational["model"] == "naive"]
+    assert len(naive) == histories and (naive["failed"] == "").all()
+    assert np.isfinite(naive["direction"]).all()
+    assert (
+        f"warning: model 'kills-on-restraint' failed on {histories:,} of {histories:,} "
+        "histories of the relational scores"
+    ) in result.stderr
+    assert result.stderr.count("warning:") == 1, result.stderr
+
+
 @pytest.mark.parametrize("value", ["-1", "soon", "inf", "nan", "86401", "1e400"])
 def test_a_bad_model_timeout_is_a_usage_error(tmp_path, corpus, value):
     result = run_whatif(
@@ -272,6 +429,46 @@ def test_ctrl_c_during_a_model_s_predict_stops_the_run_and_its_child(tmp_path, c
     assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
 
 
+HANGS_IN_WORKER = """\
+import time
+from pathlib import Path
+
+
+class HangsHere:
+    name = "hangs-here"
+
+    def predict(self, batch):
+        Path({marker!r}).touch()
+        while True:
+            time.sleep(0.05)
+"""
+
+
+def test_ctrl_c_with_worker_processes_stops_the_whole_run(tmp_path, corpus):
+    marker = tmp_path / "started"
+    models = tmp_path / "hangs.py"
+    models.write_text(HANGS_IN_WORKER.format(marker=str(marker)))
+    command = [*whatif_executable(), "evaluate", str(corpus), "--jobs", "2", "--model-timeout"]
+    command += ["0", "--models", f"{models}:HangsHere,naive", "--out", str(tmp_path / "o")]
+    run = subprocess.Popen(  # a session of its own: Ctrl-C reaches its whole process group
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not marker.exists():
+            time.sleep(0.2)
+        assert marker.exists(), "predict never started in a worker process"
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 130, err
+    assert "interrupted; finished chunks were kept in" in err
+    assert "Traceback" not in err and "error:" not in err
+
+
 # Forms modules that end or crash the process at import.
 
 FORMS_MODULES = [
@@ -300,3 +497,95 @@ def test_a_forms_module_that_ends_the_process_is_an_error(tmp_path, source, mess
         result.stderr
     )
     assert not (tmp_path / "g.h5").exists()
+
+
+# Models modules that end, crash or hang the process at import.
+
+MODEL_MODULES = [
+    ("import os\nos._exit(0)\n", "it ended the process (exit status 0)"),
+    ("raise SystemExit(0)\n", "it called exit(0)"),
+    ("import ctypes\nctypes.string_at(0)\n", "it crashed the process (SIGSEGV, signal 11)"),
+    (
+        "import time\nwhile True:\n    time.sleep(0.05)\n",
+        f"it did not finish within {TIMEOUT} s (an endless loop?)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "message"), MODEL_MODULES, ids=["os-exit", "exit", "segfault", "hang"]
+)
+def test_a_models_file_that_ends_the_process_at_import_is_an_error(
+    tmp_path, corpus, source, message
+):
+    models = tmp_path / "bad_models.py"
+    models.write_text(source)
+    out = tmp_path / "o"
+    spec = f"{models}:Model"
+    options = ["--models", f"{spec},naive", "--model-timeout", TIMEOUT, "--out", str(out)]
+    result = run_whatif("evaluate", str(corpus), *options)
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert result.stderr == f"error: model {spec!r}: importing {models} failed: {message}\n"
+    assert not out.exists()
+
+
+def test_a_models_module_that_ends_the_process_at_import_is_an_error(tmp_path, corpus):
+    (tmp_path / "whatif_test_exits_at_import.py").write_text("import os\nos._exit(0)\n")
+    out = tmp_path / "o"
+    command = [*whatif_executable(), "evaluate", str(corpus), "--out", str(out), "--models"]
+    command.append("whatif_test_exits_at_import:Model,naive")
+    environment = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=300)
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr == (
+        "error: model 'whatif_test_exits_at_import:Model': importing "
+        "whatif_test_exits_at_import failed: it ended the process (exit status 0)\n"
+    )
+    assert not out.exists()
+
+
+# usercode.run_in_child / run_each_in_child: the one way user code runs in a forked child.
+
+
+def test_run_in_child_sends_back_a_value_larger_than_a_pipe_holds():
+    from whatif_bench.usercode import run_in_child
+
+    result = run_in_child(lambda: {"array": np.arange(1_000_000.0), "pid": os.getpid()}, 30)
+    assert result.ok and result.status is None and not result.timed_out
+    assert np.array_equal(result.value["array"], np.arange(1_000_000.0))
+    assert result.value["pid"] != os.getpid()  # it ran in another process
+
+
+@pytest.mark.parametrize(
+    ("function", "check"),
+    [
+        (lambda: os._exit(3), lambda r: os.waitstatus_to_exitcode(r.status) == 3),
+        (lambda: ctypes.string_at(0), lambda r: os.WTERMSIG(r.status) == signal.SIGSEGV),
+        (lambda: time.sleep(60), lambda r: r.timed_out),
+        (lambda: threading.Lock(), lambda r: r.unsent.startswith("TypeError: cannot pickle")),
+    ],
+    ids=["exit", "crash", "timeout", "unpicklable"],
+)
+def test_run_in_child_says_how_a_call_that_returns_nothing_ended(function, check):
+    from whatif_bench.usercode import run_in_child
+
+    started = time.monotonic()
+    result = run_in_child(function, 1.0)
+    assert not result.ok and check(result), result
+    assert time.monotonic() - started < 20
+
+
+def test_run_each_in_child_runs_items_in_order_in_one_child_and_stops_early():
+    from whatif_bench.usercode import run_each_in_child
+
+    results = run_each_in_child(lambda x: (x, os.getpid()), [1, 2, 3], 30)
+    assert [r.value[0] for r in results] == [1, 2, 3]
+    assert len({r.value[1] for r in results}) == 1  # one child for all
+    stopped = run_each_in_child(lambda x: 2 * x, [1, 2, 3, 4], 30, stop=lambda v: v == 4)
+    assert [r.value for r in stopped] == [2, 4]
+    ended = run_each_in_child(lambda x: os._exit(5) if x == 2 else x, [1, 2, 3], 30)
+    assert [r.ok for r in ended] == [True, False]
+    assert os.waitstatus_to_exitcode(ended[1].status) == 5
+    late = run_each_in_child(lambda x: time.sleep(60) if x == 2 else x, [1, 2, 3], 0.5)
+    assert [r.value for r in late] == [1, None] and late[1].timed_out

@@ -208,7 +208,7 @@ def s_export_over_a_stream_folder(root, corpus, baselines):
     (out / "manifest.json").write_text("{}")
     write_identity(out, "stream")
     return ["export", str(c), "--format", "parquet", "--out", str(out), "--overwrite"], (
-        "holds a whatif stream output, not a export-parquet one"
+        "holds a whatif stream output, not an export-parquet one"
     )
 
 
@@ -219,8 +219,57 @@ def s_export_in_another_format_over_an_export(root, corpus, baselines):
     (out / "manifest.json").write_text("{}")
     write_identity(out, "export-parquet")
     return ["export", str(c), "--format", "fev", "--out", str(out), "--overwrite"], (
-        "holds a whatif export-parquet output, not a export-fev one"
+        "holds a whatif export-parquet output, not an export-fev one"
     )
+
+
+NOT_AN_EVALUATION = (
+    "not empty and not a folder whatif evaluate wrote (no .whatif-output.json record); "
+    "refusing to write into it"
+)
+
+
+def _evaluate(root: Path, corpus: bytes, out: Path) -> list[str]:
+    return ["evaluate", str(_corpus(root, corpus)), "--models", "naive", "--out", str(out)]
+
+
+def _record_folder(root: Path, name: str, kind: str) -> Path:
+    """A folder holding some files and the identity record of a whatif ``kind`` output."""
+    folder = root / name
+    (folder / "data").mkdir(parents=True)
+    (folder / "manifest.json").write_text("{}")
+    (folder / "data" / "part-0.parquet").write_bytes(b"PAR1 some rows PAR1")
+    write_identity(folder, kind)
+    return folder
+
+
+def s_evaluate_into_a_users_folder(root, corpus, baselines):
+    return _evaluate(root, corpus, _users_folder(root, "thesis")), NOT_AN_EVALUATION
+
+
+def s_evaluate_into_an_evaluation_folder_without_the_record(root, corpus, baselines):
+    out = root / "results"  # what a whatif version before the record wrote, or a look-alike
+    (out / "per_task" / "naive").mkdir(parents=True)
+    (out / "manifest.json").write_text('{"corpus": "c.h5"}')
+    (out / "leaderboard.md").write_text("# my own notes")
+    return _evaluate(root, corpus, out), NOT_AN_EVALUATION
+
+
+def s_evaluate_into_an_export_folder(root, corpus, baselines):
+    out = _record_folder(root, "hf", "export-parquet")
+    return _evaluate(root, corpus, out), (
+        "holds a whatif export-parquet output, not an evaluation one; refusing to write into it"
+    )
+
+
+def s_evaluate_into_a_stream_folder(root, corpus, baselines):
+    out = _record_folder(root, "shards", "stream")
+    return _evaluate(root, corpus, out), "holds a whatif stream output, not an evaluation one"
+
+
+def s_evaluate_into_a_diagnose_folder(root, corpus, baselines):
+    out = _record_folder(root, "report", "diagnostics")
+    return _evaluate(root, corpus, out), "holds a whatif diagnostics output, not an evaluation one"
 
 
 FIFO_OUT = "the output is a FIFO (named pipe), not a regular file"
@@ -338,6 +387,11 @@ REFUSALS = [
     s_export_over_an_evaluation_folder,
     s_export_over_a_stream_folder,
     s_export_in_another_format_over_an_export,
+    s_evaluate_into_a_users_folder,
+    s_evaluate_into_an_evaluation_folder_without_the_record,
+    s_evaluate_into_an_export_folder,
+    s_evaluate_into_a_stream_folder,
+    s_evaluate_into_a_diagnose_folder,
     s_generate_out_fifo,
     s_simulate_out_fifo,
     s_combine_out_fifo,
@@ -378,7 +432,12 @@ def test_a_run_that_would_lose_user_data_is_one_error_and_changes_nothing(
 
 @pytest.mark.parametrize(
     "scenario",
-    [s_export_into_the_corpus_folder, s_stream_over_a_folder_with_a_manifest, s_doc_out_fifo],
+    [
+        s_export_into_the_corpus_folder,
+        s_stream_over_a_folder_with_a_manifest,
+        s_doc_out_fifo,
+        s_evaluate_into_a_users_folder,
+    ],
     ids=lambda s: s.__name__[2:],
 )
 def test_the_installed_command_refuses_too(tmp_path, corpus_bytes, baselines, scenario):
@@ -387,6 +446,62 @@ def test_the_installed_command_refuses_too(tmp_path, corpus_bytes, baselines, sc
     before = snapshot(tmp_path)
     one_error(run_whatif(*argv), message)
     assert_nothing_lost(before, snapshot(tmp_path))
+
+
+# ---- an evaluation folder holds its identity record ----------------------------------------
+EVALUATE = ("--models", "naive", "--subset", "0.05")
+
+
+@pytest.fixture(scope="module")
+def evaluation(tmp_path_factory, corpus_bytes) -> tuple[Path, Path]:
+    """(corpus, an evaluation folder ``whatif evaluate`` wrote)."""
+    root = tmp_path_factory.mktemp("evaluation")
+    corpus = _corpus(root, corpus_bytes, "corpus.h5")
+    result = run_whatif("evaluate", str(corpus), *EVALUATE, "--out", str(root / "results"))
+    assert result.returncode == 0, result.stderr
+    return corpus, root / "results"
+
+
+def test_an_evaluation_folder_holds_its_identity_record_and_resumes(evaluation, capsys):
+    corpus, out = evaluation
+    assert outputs.read_identity(out) == {
+        "tool": "whatif-bench",
+        "kind": "evaluation",
+        "version": 1,
+    }
+    before = snapshot(out)
+    result = run_in_process(capsys, ["evaluate", corpus, *EVALUATE, "--out", out])
+    assert result.returncode == 0, result.stderr  # a resumed run: its own folder
+    assert before[IDENTITY] == snapshot(out)[IDENTITY]
+    assert {k for k in before if k.startswith("per_task/")} <= set(snapshot(out))
+
+
+@pytest.mark.parametrize("made", ["missing", "empty"])
+def test_a_new_or_empty_folder_is_used_for_an_evaluation(tmp_path, corpus_bytes, made, capsys):
+    corpus, out = _corpus(tmp_path, corpus_bytes), tmp_path / "results"
+    if made == "empty":
+        out.mkdir()
+    result = run_in_process(capsys, ["evaluate", corpus, *EVALUATE, "--out", out])
+    assert result.returncode == 0, result.stderr
+    assert outputs.read_identity(out)["kind"] == "evaluation"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "{corpus}", "--format", "parquet", "--out", "{out}", "--overwrite"],
+        ["export", "{corpus}", "--format", "fev", "--out", "{out}", "--overwrite"],
+        [*STREAM, "--out", "{out}", "--cache", "{cache}", "--overwrite"],
+        ["diagnose", "{corpus}", "--out", "{out}"],
+    ],
+    ids=["export-parquet", "export-fev", "stream", "diagnose"],
+)
+def test_other_commands_refuse_a_folder_whatif_evaluate_wrote(evaluation, tmp_path, argv, capsys):
+    corpus, out = evaluation
+    before = snapshot(out.parent)
+    filled = [a.format(corpus=corpus, out=out, cache=tmp_path / "c") for a in argv]
+    one_error(run_in_process(capsys, filled), "holds a whatif evaluation output, not a")
+    assert snapshot(out.parent) == before
 
 
 # ---- names beside an output that only look like temporaries ----------------------------------
@@ -450,7 +565,7 @@ def test_a_folder_is_replaced_only_with_the_identity_record_of_its_kind(tmp_path
     out = write_folder(tmp_path / "o", False, fill, "whatif test", "test")
     assert outputs.read_identity(out) == {"tool": "whatif-bench", "kind": "test", "version": 1}
     write_folder(out, True, fill, "whatif test", "test")  # ours, same kind: replaced
-    with pytest.raises(OutputError, match="holds a whatif test output, not a other one"):
+    with pytest.raises(OutputError, match="holds a whatif test output, not an other one"):
         write_folder(out, True, fill, "whatif other", "other")
     (out / IDENTITY).write_text('{"tool": "someone-else", "kind": "test", "version": 1}')
     with pytest.raises(OutputError, match="no .whatif-output.json record"):

@@ -1,14 +1,18 @@
 """User form modules (``--forms PY``) that fail in any way give one clear error line naming the
 module file and the form: import failures, forms that raise, return a non-number or NaN, or
-never return (a time limit, enforced by running user code in a child process)."""
+never return (a time limit, enforced by running user code in a child process). A ``--forms`` or
+``--models`` path that is a FIFO, a device or a symbolic link loop is named for what it is."""
 
 from __future__ import annotations
 
 import json
+import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_whatif, small_corpus
 from tests.toy_spec import one_covariate_spec
 from whatif_bench.cli import main
 
@@ -150,3 +154,64 @@ def test_a_form_returning_nan_breaks_the_finite_rule_naming_module_and_form(tmp_
     code, out, err = run(capsys, "relationships", "eval", "--y", "2", "--factor", "a=4", *argv)
     assert code == 1 and "toyf/t: the target is not finite for these inputs" in err
     assert f"{forms}: primary form 'nan_above_3'" in err
+
+
+# Paths that are not files: named for what they are, never opened (a FIFO would block).
+
+
+def _fifo(folder):
+    path = folder / "fifo.py"
+    os.mkfifo(path)
+    return path
+
+
+def _loop(folder):
+    path, other = folder / "loop.py", folder / "other.py"
+    path.symlink_to(other)
+    other.symlink_to(path)
+    return path
+
+
+PATH_PROBLEMS = [
+    (_fifo, "a FIFO (named pipe)"),
+    (_loop, "a symbolic link loop"),
+    (lambda folder: Path("/dev/null"), "a character device"),
+]
+PATH_IDS = ["fifo", "loop", "device"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return small_corpus(tmp_path_factory.mktemp("paths"), ("epanet/pressure_10",))
+
+
+@pytest.mark.parametrize(("make", "what"), PATH_PROBLEMS, ids=PATH_IDS)
+def test_a_models_path_that_is_not_a_file_is_named_so(tmp_path, corpus, make, what):
+    path = make(tmp_path)
+    out = tmp_path / "o"
+    result = run_whatif(
+        "evaluate", str(corpus), "--models", f"{path}:Model,naive", "--out", str(out)
+    )
+    assert result.returncode == 1 and result.stdout == "", result.stderr
+    assert result.stderr == f"error: model '{path}:Model': {path}: is {what}, not a Python file\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("make", "what"), PATH_PROBLEMS, ids=PATH_IDS)
+@pytest.mark.parametrize("command", [("relationships", "list"), ("relationships", "check")])
+def test_a_forms_path_that_is_not_a_file_is_named_so(tmp_path, make, what, command):
+    path = make(tmp_path)
+    result = run_whatif(*command, "--forms", str(path))
+    assert result.returncode == 1 and result.stdout == "", result.stderr
+    assert result.stderr == f"error: form module: {path}: the path is {what}\n"
+
+
+@pytest.mark.parametrize(("make", "what"), PATH_PROBLEMS, ids=PATH_IDS)
+def test_the_shared_loader_names_a_path_that_is_not_a_file(tmp_path, make, what):
+    from whatif_bench.usercode import UserCodeError, load_file, load_file_checked
+
+    path = make(tmp_path)
+    for load in (load_file, load_file_checked):
+        with pytest.raises(UserCodeError) as caught:
+            load(path, "label")
+        assert str(caught.value) == f"label: {path}: is {what}, not a Python file"

@@ -5,7 +5,8 @@ worker processes (joblib), or on a ``dask.distributed`` cluster; results in subm
 cannot), then gives a ``WorkPool`` whose ``ordered(function, calls)`` yields
 ``function(*shared, *call)`` for each call, in the order of ``calls``, whichever worker ran it.
 At most a bounded number of calls is in flight, so neither this process nor the cluster holds
-more than a few results at a time.
+more than a few results at a time. A local worker process that dies (the OOM killer, a kill) is
+a ``WorkerDied`` saying how; the caller may call ``ordered`` again for the calls not yielded.
 
 A cluster is a ``DaskCluster``: the address of a running scheduler, or a number of local worker
 processes (a ``LocalCluster`` started here and closed at the end, also after an error or a
@@ -24,6 +25,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
+import re
+import signal
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -39,6 +42,19 @@ INSTALL_HINT = "install whatif-bench[dask] (pip install 'whatif-bench[dask]')"
 
 class ClusterError(WhatIfError):
     """The dask cluster cannot be used: not installed, unreachable, no workers, wrong version."""
+
+
+WORKER_DIED = "the worker process died"  # how every ``WorkerDied.reason`` starts
+
+
+class WorkerDied(WhatIfError):
+    """A local worker process died while the pool ran calls (the OOM killer, a kill, a crash
+    in native code): the calls in flight are lost, the results yielded before stand, and a
+    new ``ordered`` call starts fresh workers. ``reason`` says how, in words."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{reason}; the calls it was running are lost")
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -122,13 +138,23 @@ class WorkPool:
             return self._dask(function, calls, shared)
         if self.jobs == 1:
             return (function(*shared, *call) for call in calls)
+        return self._local(function, calls, shared)
+
+    def _local(self, function: Callable, calls: Iterable[tuple], shared: tuple) -> Iterator[Any]:
+        """``ordered`` on ``jobs`` local (loky) processes; a worker that dies is ``WorkerDied``."""
+        from concurrent.futures.process import BrokenProcessPool  # loky's derive from it
+
         from joblib import delayed
 
         from whatif_bench.workers import parallel
 
-        return parallel(self.jobs, return_as="generator", batch_size=1)(
+        results = parallel(self.jobs, return_as="generator", batch_size=1)(
             delayed(function)(*shared, *call) for call in calls
         )
+        try:
+            yield from results
+        except BrokenProcessPool as exc:
+            raise WorkerDied(worker_death(exc)) from None
 
     def _dask(self, function: Callable, calls: Iterable[tuple], shared: tuple) -> Iterator[Any]:
         import dask
@@ -162,6 +188,23 @@ class WorkPool:
         finally:
             with contextlib.suppress(Exception):
                 client.cancel([*pending, *shipped])
+
+
+def worker_death(exc: BaseException) -> str:
+    """How a loky worker died, from the error its pool raised: ``the worker process died
+    (killed by signal 9 SIGKILL: out of memory, or killed)``, or ``(exit status 3)``."""
+    found = re.search(r"exit codes of the workers are \{[A-Z_]*\((-?\d+)\)", str(exc))
+    if found is None:
+        return WORKER_DIED
+    code = int(found.group(1))
+    if code >= 0:
+        return f"{WORKER_DIED} (exit status {code})"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "signal"
+    why = ": out of memory, or killed" if -code == signal.SIGKILL else ""
+    return f"{WORKER_DIED} (killed by signal {-code} {name}{why})"
 
 
 def _name(function: Callable) -> str:

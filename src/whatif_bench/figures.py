@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from whatif_bench.outputs import atomic_output
+from whatif_bench.outputs import FIGURE, atomic_output, png_metadata
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -38,13 +38,18 @@ def save_png(
     inputs: Iterable[str | os.PathLike] = (),
     lock: bool = False,
     dpi: int = 110,
+    check_existing: bool = True,
 ) -> Path:
     """Write ``figure`` to ``path`` as a PNG through ``outputs.atomic_output``; returns the path.
 
     ``inputs`` and ``lock`` are ``atomic_output``'s (never write over an input; lock the name).
+    The PNG carries the toolkit's text chunk (``outputs.png_metadata``), and an existing file
+    at ``path`` is replaced only if it carries it too (a whatif figure), unless
+    ``check_existing=False`` (for a figure inside a folder this toolkit owns).
     """
-    with atomic_output(path, inputs, lock=lock) as tmp:
-        figure.savefig(tmp, dpi=dpi, format="png")
+    kind = FIGURE if check_existing else None
+    with atomic_output(path, inputs, lock=lock, kind=kind) as tmp:
+        figure.savefig(tmp, dpi=dpi, format="png", metadata=png_metadata(FIGURE))
     return Path(path)
 
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 
 from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
 from whatif_bench.cli_types import MAX_WAIT_S, seed_int
-from whatif_bench.errors import WhatIfError
 
 
 def fraction(text: str) -> float:
@@ -172,10 +170,10 @@ def _note(message: str) -> None:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from whatif_bench.evaluation.runner import check_out_folder, evaluate
+    from whatif_bench.generator.corpus import check_corpus_file
 
     specs = parse_models(args.models)
-    if not Path(args.corpus).is_file():
-        raise WhatIfError(f"{args.corpus}: no such corpus file")
+    check_corpus_file(args.corpus)  # the cause: missing, a folder, a FIFO, a loop, empty
     # checked before importing models or reading tasks; created once the workers are ready
     out = check_out_folder(args.out, args.corpus, create=False)
     models = [load_model(spec, args.model_timeout) for spec in specs]

@@ -57,6 +57,7 @@ from whatif_bench.evaluation.relational import (
 )
 from whatif_bench.generator.axes import pair_columns, strata
 from whatif_bench.outputs import (
+    IDENTITY,
     OutputError,
     OutputLockedError,
     atomic_output,
@@ -877,6 +878,40 @@ def check_out_folder(
     return out
 
 
+def _new_folders(out: str | os.PathLike) -> list[Path]:
+    """``out`` and those of its parents that do not exist yet, deepest first: the folders
+    ``check_out_folder`` is about to make."""
+    made = []
+    for folder in (Path(out), *Path(out).parents):
+        if os.path.lexists(folder):
+            break
+        made.append(folder)
+    return made
+
+
+def _remove_unused(out: Path, made: list[Path]) -> bool:
+    """Remove the folders ``made`` by this run (``_new_folders``) while ``out`` holds nothing
+    but its identity record and lock file; a folder holding anything else is kept. Returns
+    False (an exit callback that never swallows the exception)."""
+    if not made:
+        return False
+    try:
+        names = {entry.name for entry in out.iterdir()}
+    except OSError:
+        return False
+    if not names <= {IDENTITY, _LOCK_NAME}:
+        return False
+    for name in names:
+        with contextlib.suppress(OSError):
+            (out / name).unlink()
+    for folder in made:
+        try:
+            folder.rmdir()  # only ever an empty folder
+        except OSError:
+            break
+    return False
+
+
 def _prepare_model_folder(
     folder: Path, label: str, model: Forecaster | str, log: Callable[[str], None]
 ) -> None:
@@ -1011,7 +1046,6 @@ def _run_evaluation(
 
     from whatif_bench.evaluation.report import write_reports
 
-    out = check_out_folder(out, corpus_path)
     corpus_path = Path(corpus_path)
     notes: list[str] = []
 
@@ -1020,10 +1054,16 @@ def _run_evaluation(
         if log is not None:
             log(message)
 
-    with _lock_folder(out), contextlib.ExitStack() as stack:
-        # this process's reader: the index here, and the chunks when they run in this process
+    with contextlib.ExitStack() as stack:
+        # this process's reader: the index here, and the chunks when they run in this process;
+        # opened before the folder is made, so a corpus that cannot be read leaves nothing
         stack.callback(close_corpus_reader)
         corpus, units, identity = _corpus_reader(str(corpus_path))
+        made = _new_folders(out)
+        out = check_out_folder(out, corpus_path)
+        # a run that fails before writing anything removes the folders it made (only those)
+        stack.push(lambda failed, *_: failed is not None and _remove_unused(out, made))
+        stack.enter_context(_lock_folder(out))
         frame, attrs = corpus.tasks_frame(), corpus.attrs
         if frame.empty:
             raise EvaluationError(f"{corpus_path} holds no tasks")

@@ -125,11 +125,16 @@ def _generate(args: argparse.Namespace) -> int:
     import time
 
     from whatif_bench.generator.sweep import GenerationConfig, generate
+    from whatif_bench.outputs import refuse_empty
     from whatif_bench.simulators.store import shipped_baselines_path
 
     args.interrupt_note = f"no corpus was written; {args.out} is unchanged"
     config = GenerationConfig(
-        baselines=args.baselines or str(shipped_baselines_path()),
+        baselines=str(
+            shipped_baselines_path()
+            if args.baselines is None
+            else refuse_empty(args.baselines, "--baselines")
+        ),
         out=args.out,
         seed=args.seed,
         simulators=tuple(args.simulators),
@@ -166,7 +171,10 @@ def _info(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     from whatif_bench.generator.checking import verify_corpus
+    from whatif_bench.outputs import refuse_empty
 
+    if args.baselines is not None:  # "" is not "the shipped one"
+        refuse_empty(args.baselines, "--baselines")
     report = verify_corpus(args.file, baselines_path=args.baselines, forms=args.forms)
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -186,7 +194,10 @@ def _show(args: argparse.Namespace) -> int:
 
     from whatif_bench.generator.corpus import Corpus
     from whatif_bench.generator.provenance import corpus_registry
+    from whatif_bench.outputs import refuse_empty
 
+    if args.plot is not None:  # "" would quietly draw nothing
+        refuse_empty(args.plot, "--plot")
     with Corpus(args.corpus) as corpus:
         registry, _ = corpus_registry(corpus, args.forms)  # refuses a changed forms module
         try:

@@ -88,6 +88,24 @@ class CorpusError(WhatIfError):
     """A corpus file is missing, incomplete, of another format, or damaged."""
 
 
+def check_corpus_file(path: str | os.PathLike) -> Path:
+    """``path`` as a Path if it names a regular file, else the ``CorpusError`` saying why:
+    an empty path (never taken for the current folder), a FIFO, a device, a socket or a
+    symbolic link loop (``outputs.input_problem``, found without opening it: a FIFO would
+    block), a folder, or nothing there."""
+    from whatif_bench.outputs import input_problem, refuse_empty
+
+    path = Path(refuse_empty(path, "corpus file", CorpusError))
+    problem = input_problem(path, "corpus")
+    if problem is not None:
+        raise CorpusError(problem)
+    if path.is_dir():
+        raise CorpusError(f"{path}: is a folder, not a corpus file")
+    if not path.is_file():
+        raise CorpusError(f"{path}: no such corpus file")
+    return path
+
+
 class Corpus:
     """A corpus file, or a filtered view of one."""
 
@@ -107,8 +125,7 @@ class Corpus:
                     f"{self.path}: the temporary file of an unfinished whatif generate run, "
                     "not a corpus"
                 )
-            if not self.path.is_file():
-                raise CorpusError(f"{self.path}: no such corpus file")
+            check_corpus_file(path)
             try:
                 _file = h5py.File(self.path, "r")
             except OSError as exc:

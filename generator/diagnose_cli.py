@@ -151,11 +151,14 @@ def _diagnose_spec(args: argparse.Namespace) -> int:
         diagnose_relationships,
         select_names,
     )
+    from whatif_bench.outputs import refuse_empty
     from whatif_bench.relationships.cli import _relationships_of_files
     from whatif_bench.relationships.plugins import load_form_modules, probe_user_forms
     from whatif_bench.relationships.registry import load_registry
 
     args.interrupt_note = "no report was written"
+    if args.baselines is not None:  # "" is not "the shipped one"
+        refuse_empty(args.baselines, "--baselines")
     inputs = [*args.files, *args.forms, *([args.baselines] if args.baselines else [])]
     if args.out is not None:
         check_out_folder(args.out, inputs)  # before the work

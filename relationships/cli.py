@@ -7,7 +7,13 @@ import json
 import math
 import sys
 
-from whatif_bench.cli_types import MAX_WAIT_S, seconds_float
+from whatif_bench.cli_types import (
+    MAX_WAIT_S,
+    integer_text,
+    integer_value,
+    seconds_float,
+    shown,
+)
 from whatif_bench.errors import RelationshipError
 
 
@@ -50,7 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="factors of one covariate, read in step with the other --factor lists (repeatable; "
         "default: none, every covariate at 1)",
     )
-    evaluate.add_argument("--k", type=int, help="number of covariates K (default: last one named)")
+    evaluate.add_argument(
+        "--k", type=integer_text, help="number of covariates K (default: last one named)"
+    )
     evaluate.add_argument(
         "--json", action="store_true", help="machine-readable output (default: a table)"
     )
@@ -145,16 +153,18 @@ def _list(args: argparse.Namespace) -> int:
 
 def _parse_numbers(text: str, what: str) -> list[float]:
     """Comma-separated finite numbers (``nan``, ``inf`` and overflowing ones such as 1e400
-    are refused here, naming the option)."""
+    are refused here, naming the option; a long value is shown shortened)."""
     try:
         values = [float(v) for v in text.split(",") if v.strip() != ""]
     except ValueError:
-        raise RelationshipError(f"{what}: expected comma-separated numbers, got {text!r}") from None
+        raise RelationshipError(
+            f"{what}: expected comma-separated numbers, got {shown(text)!r}"
+        ) from None
     if not values:
         raise RelationshipError(f"{what}: no numbers given")
     for raw, value in zip((v for v in text.split(",") if v.strip() != ""), values, strict=True):
         if not math.isfinite(value):
-            raise RelationshipError(f"{what}: {raw.strip()!r} is not a finite number")
+            raise RelationshipError(f"{what}: {shown(raw)!r} is not a finite number")
     return values
 
 
@@ -168,7 +178,7 @@ def _eval(args: argparse.Namespace) -> int:
     for item in args.factor:
         name, sep, values = item.partition("=")
         if not sep:
-            raise RelationshipError(f"--factor expects COV=F1,F2,..., got {item!r}")
+            raise RelationshipError(f"--factor expects COV=F1,F2,..., got {shown(item)!r}")
         relationship.covariate(name)  # unknown names raise with the valid list
         if name in factor_lists:
             raise RelationshipError(f"--factor given twice for {name!r}")
@@ -179,7 +189,15 @@ def _eval(args: argparse.Namespace) -> int:
             f"every --factor list must have the same length, got lengths {sorted(lengths)}"
         )
     n_rows = lengths.pop() if lengths else 1
-    values = relationship.evaluate_grid(y, factor_lists, n_rows, args.k)
+    k = None
+    if args.k is not None:  # checked here, where the value as typed is known
+        k, typed = integer_value(args.k)
+        if not 1 <= k <= relationship.max_k:
+            raise RelationshipError(
+                f"{relationship.simulator}/{relationship.target}: K must be in "
+                f"1..{relationship.max_k}, got {typed}"
+            )
+    values = relationship.evaluate_grid(y, factor_lists, n_rows, k)
     if not np.all(np.isfinite(values)):
         from whatif_bench.relationships.plugins import describe_user_code, uses_user_code
 

@@ -95,7 +95,7 @@ def add_baselines_arguments(parser: argparse.ArgumentParser) -> None:
 def _simulate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from whatif_bench.outputs import check_output_path
+    from whatif_bench.outputs import check_output_path, output_lock, remove_stale_temporaries
     from whatif_bench.simulators.base import SimulatorUnavailable
     from whatif_bench.simulators.catalog import SIMULATORS
     from whatif_bench.simulators.store import check_store_path, write_baselines
@@ -106,15 +106,8 @@ def _simulate(args: argparse.Namespace) -> int:
     check_output_path(args.out, inputs)
     check_store_path(args.out)
     names = list(SIMULATORS) if args.simulator == "all" else [args.simulator]
-    engine = None
-    if args.container:
-        from whatif_bench.simulators.containers import find_engine
-
-        if args.image:
-            raise WhatIfError(
-                "--image (OpenDC on this machine) cannot be combined with --container"
-            )
-        engine = find_engine(None if args.container == "auto" else args.container)
+    if args.container and args.image:
+        raise WhatIfError("--image (OpenDC on this machine) cannot be combined with --container")
     if args.extra_series:
         without = [n for n in names if not SIMULATORS[n].extra_series]
         if without:
@@ -122,41 +115,56 @@ def _simulate(args: argparse.Namespace) -> int:
                 f"--extra-series: {', '.join(without)} records no extra series (only "
                 f"{[n for n in SIMULATORS if SIMULATORS[n].extra_series]} do)"
             )
-        if engine is not None:
+        if args.container:
             raise WhatIfError("--extra-series runs on this machine only; drop --container")
-    results, skipped = [], []
-    progress = tqdm(names, desc="simulating", unit="simulator", file=sys.stderr)
-    for name in progress:
-        entry = SIMULATORS[name]
-        progress.set_description(f"running {name}")
-        options = {"days": entry.default_days if args.days is None else args.days}
-        if name == "opendc":
-            options.update(
-                trace=args.trace, image=args.image, backend=args.backend, maven_repo=args.maven_repo
+    # The output's lock is held from before the first simulation to the write, as `generate`
+    # holds its corpus's: a second run on the same --out fails at once, not after its work.
+    with output_lock(args.out):
+        check_store_path(args.out)  # again under the lock: another run may have written it
+        remove_stale_temporaries(Path(args.out))
+        engine = None
+        if args.container:
+            from whatif_bench.simulators.containers import find_engine
+
+            engine = find_engine(None if args.container == "auto" else args.container)
+        results, skipped = [], []
+        progress = tqdm(names, desc="simulating", unit="simulator", file=sys.stderr)
+        for name in progress:
+            entry = SIMULATORS[name]
+            progress.set_description(f"running {name}")
+            options = {"days": entry.default_days if args.days is None else args.days}
+            if name == "opendc":
+                options.update(
+                    trace=args.trace,
+                    image=args.image,
+                    backend=args.backend,
+                    maven_repo=args.maven_repo,
+                )
+            if args.extra_series:
+                options["extra_series"] = True
+            started = time.perf_counter()
+            try:
+                if engine is None:
+                    baselines = entry.runner()(**options)
+                else:
+                    baselines = _run_in_container(
+                        engine, name, options, all_=args.simulator == "all"
+                    )
+            except SimulatorUnavailable as exc:
+                if args.simulator != "all":
+                    raise
+                skipped.append(name)
+                progress.write(f"warning: skipping {name}: {exc}", file=sys.stderr)
+                continue
+            progress.write(
+                f"{name}: {len(baselines.series)} series x {baselines.n_steps} steps in "
+                f"{time.perf_counter() - started:.1f} s (hash {baselines.content_hash()[:12]})",
+                file=sys.stderr,
             )
-        if args.extra_series:
-            options["extra_series"] = True
-        started = time.perf_counter()
-        try:
-            if engine is None:
-                baselines = entry.runner()(**options)
-            else:
-                baselines = _run_in_container(engine, name, options, all_=args.simulator == "all")
-        except SimulatorUnavailable as exc:
-            if args.simulator != "all":
-                raise
-            skipped.append(name)
-            progress.write(f"warning: skipping {name}: {exc}", file=sys.stderr)
-            continue
-        progress.write(
-            f"{name}: {len(baselines.series)} series x {baselines.n_steps} steps in "
-            f"{time.perf_counter() - started:.1f} s (hash {baselines.content_hash()[:12]})",
-            file=sys.stderr,
-        )
-        results.append(baselines)
-    if not results:
-        raise WhatIfError("no simulator could run; nothing written")
-    path = write_baselines(args.out, results, inputs=inputs)
+            results.append(baselines)
+        if not results:
+            raise WhatIfError("no simulator could run; nothing written")
+        path = write_baselines(args.out, results, inputs=inputs, lock=False)
     print(
         f"wrote {path} ({', '.join(b.simulator for b in results)})"
         + (f"; skipped {', '.join(skipped)}" if skipped else "")
@@ -198,9 +206,12 @@ def _run_in_container(engine, name: str, options: dict, all_: bool):
 
 
 def _path(args: argparse.Namespace) -> Path:
+    from whatif_bench.outputs import refuse_empty
     from whatif_bench.simulators.store import shipped_baselines_path
 
-    return Path(args.file) if args.file else shipped_baselines_path()
+    if args.file is None:
+        return shipped_baselines_path()
+    return Path(refuse_empty(args.file, "baselines file"))  # "" is not "the shipped one"
 
 
 def _info(args: argparse.Namespace) -> int:

@@ -10,9 +10,11 @@ line naming the image and the step (engine look-up, build, ``--version``, simula
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from whatif_bench._version import __version__
 from whatif_bench.errors import WhatIfError
+from whatif_bench.outputs import atomic_output, check_output_path, check_regular, make_folder
 from whatif_bench.simulators.opendc_settings import MAVEN_REPO_ENV, is_maven_repository
 
 if TYPE_CHECKING:  # the store imports numpy and h5py; the command line reads this module
@@ -47,6 +50,12 @@ OPENDC_MAVEN_CONTEXT = "opendc-maven"
 # replaced) are removed: each is about 1.5 GB, and an engine never removes them itself. Images
 # without the label, the user's own, are never touched.
 BUILT_BY_LABEL = "org.whatif-bench.image"
+# A build log (`whatif images build --logs DIR`: DIR/<image>.log) opens with this line; an
+# existing file of that name is replaced only if it does (``check_build_log``), so a file of the
+# user's that happens to be named epanet.log is never overwritten. The log is text the engine
+# writes as it builds: a header is the one mark it can carry, and the name stays the one the
+# user looks for (a fresh name per build would leave a new file behind on every build).
+LOG_HEADER = "# whatif images build log: "
 
 
 class ContainerError(WhatIfError):
@@ -133,6 +142,47 @@ def pip_build_options(engine: Engine, environ: dict[str, str] | None = None) -> 
     return options
 
 
+def check_build_log(path: str | os.PathLike) -> Path:
+    """``path`` as a build log to write (``outputs.check_output_path``: not a folder, a FIFO, a
+    device, a symbolic link loop or under a file; nor a symbolic link, dangling or not, which
+    the rename would replace), refusing an existing file that does not open with
+    ``LOG_HEADER`` (a file this toolkit did not write); returns it as a Path."""
+    path = check_output_path(path)
+    if path.is_symlink():  # the words of check_output_path, which refuses it for other outputs
+        raise ContainerError(
+            f"{path}: is a symbolic link; refusing to replace it: give the file itself or "
+            "another name"
+        )
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return path  # missing
+    if regular:
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(len(LOG_HEADER))
+        except OSError as exc:
+            raise ContainerError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        if head != LOG_HEADER.encode():
+            raise ContainerError(
+                f"{path}: exists and is not a build log whatif wrote (it does not open with "
+                f"{LOG_HEADER.strip()!r}); refusing to replace it: delete it by hand or choose "
+                "another --logs folder"
+            )
+    return path
+
+
+def check_log_folder(folder: str | os.PathLike) -> Path:
+    """``folder`` as the folder of the build logs: a folder, or a path one can be made at (not
+    a file, a FIFO, a device, a symbolic link loop or a dangling link, nor under a file)."""
+    path = check_output_path(folder, folder=True)
+    if path.is_symlink() and not path.exists():
+        raise ContainerError(
+            f"{path}: is a symbolic link to nothing ({os.readlink(path)}); give a folder"
+        )
+    return path
+
+
 def build_image(
     engine: Engine,
     image: str,
@@ -146,13 +196,17 @@ def build_image(
     ``base`` replaces the default base image (``--build-arg BASE``). The OpenDC image's Maven
     build also resolves from ``maven_repo`` (a local Maven repository folder; default
     ``$WHATIF_OPENDC_MAVEN_REPO``, else Maven Central alone), handed in as a build context.
-    The build's output goes to ``log`` (default: a temporary file, removed). Every image the
-    build makes is labelled ``BUILT_BY_LABEL=<image>``; after a successful build the untagged
-    ones with that label are removed (``remove_superseded``).
+    The build's output goes to ``log`` (default: a temporary file, removed), opening with
+    ``LOG_HEADER``, written under a temporary name and renamed when the build ends (a failed
+    build's log too); an existing ``log`` is replaced only if it opens with that header
+    (``check_build_log``). Every image the build makes is labelled ``BUILT_BY_LABEL=<image>``;
+    after a successful build the untagged ones with that label are removed
+    (``remove_superseded``).
     """
-    repo = Path(repo)
+    repo = check_regular(repo, "repository folder")
     dockerfile = repo / "docker" / image / "Dockerfile"
     ref = engine.image_ref(image_name(image))
+    log_path = None if log is None else check_build_log(log)
     if not dockerfile.is_file():
         raise ContainerError(f"image {ref}: no Dockerfile at {dockerfile}")
     command = [engine.path, "build", "--network", "host", "-f", str(dockerfile), "-t", ref]
@@ -163,30 +217,39 @@ def build_image(
     if image == "opendc":
         folder = maven_repo if maven_repo is not None else os.environ.get(MAVEN_REPO_ENV)
         if folder:
-            path = Path(folder).expanduser().resolve()
+            path = check_regular(Path(folder).expanduser(), "Maven repository").resolve()
             if not is_maven_repository(path):
                 raise ContainerError(
                     f"image {ref}: {folder} is not a local Maven repository (no org/ folder)"
                 )
             command += ["--build-context", f"{OPENDC_MAVEN_CONTEXT}={path}"]
     command.append(str(repo))
-    with tempfile.TemporaryDirectory(prefix="whatif-build-") as tmp:
-        log_path = Path(log) if log else Path(tmp) / "build.log"
+    header = f"{LOG_HEADER}{ref} built by {engine.name} (whatif-bench {__version__})\n"
+    with contextlib.ExitStack() as stack:
+        if log_path is None:
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="whatif-build-"))
+            target = Path(scratch) / "build.log"
+        else:  # renamed into place when the block ends, failed or not; removed on Ctrl-C
+            make_folder(log_path.parent)
+            target = stack.enter_context(atomic_output(log_path))
+            check_build_log(log_path)  # again, under the log's lock
         started = time.perf_counter()
-        with open(log_path, "w") as stream:
+        with open(target, "w") as stream:
+            stream.write(header)
+            stream.flush()
             try:
                 result = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT)
             except OSError as exc:
                 raise ContainerError(f"image {ref}: cannot start {engine.name}: {exc}") from None
         seconds = time.perf_counter() - started
-        if result.returncode != 0:
-            text = log_path.read_text(errors="replace")
-            raise ContainerError(
-                f"image {ref}: build failed at step {_failed_step(text)!r} "
-                f"(exit {result.returncode}): {_last_error(text)}"
-                + (f" (full log: {log})" if log else "")
-                + _hint(engine, text)
-            )
+        text = target.read_text(errors="replace").removeprefix(header) if result.returncode else ""
+    if result.returncode != 0:
+        raise ContainerError(
+            f"image {ref}: build failed at step {_failed_step(text)!r} "
+            f"(exit {result.returncode}): {_last_error(text)}"
+            + (f" (full log: {log_path})" if log_path else "")
+            + _hint(engine, text)
+        )
     remove_superseded(engine, image)
     return BuiltImage(ref, seconds, image_size(engine, ref))
 

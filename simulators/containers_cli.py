@@ -81,16 +81,29 @@ def _images(args: argparse.Namespace) -> list[str]:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from whatif_bench.simulators.containers import build_image, find_engine
+    from whatif_bench.outputs import check_regular, make_folder, real_path
+    from whatif_bench.simulators.containers import (
+        build_image,
+        check_build_log,
+        check_log_folder,
+        find_engine,
+    )
 
-    repo = Path(args.repo)
+    repo = check_regular(args.repo, "repository folder")
     if not (repo / "docker").is_dir():
-        raise WhatIfError(f"{repo.resolve()} holds no docker/ folder (pass --repo)")
-    engine = find_engine(args.engine)
-    if args.logs:
-        Path(args.logs).mkdir(parents=True, exist_ok=True)
+        raise WhatIfError(f"{real_path(repo)} holds no docker/ folder (pass --repo)")
+    # every path is checked before the engine is asked or anything is built or made
+    if args.maven_repo:
+        check_regular(Path(args.maven_repo).expanduser(), "Maven repository")
+    logs = None if args.logs is None else check_log_folder(args.logs)
     for image in _images(args):
-        log = Path(args.logs) / f"{image}.log" if args.logs else None
+        if logs is not None:
+            check_build_log(logs / f"{image}.log")
+    engine = find_engine(args.engine)
+    if logs is not None:
+        make_folder(logs)
+    for image in _images(args):
+        log = logs / f"{image}.log" if logs is not None else None
         print(f"building {image} with {engine.name} ...", file=sys.stderr)
         built = build_image(engine, image, repo, args.base, args.maven_repo, log)
         print(f"built {built.ref} in {built.seconds:.0f} s, {built.size_bytes / 1e9:.2f} GB")

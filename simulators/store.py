@@ -30,7 +30,15 @@ import numpy as np
 
 from whatif_bench._version import __version__
 from whatif_bench.h5write import guarded_h5
-from whatif_bench.outputs import BASELINES, atomic_output, check_file_kind, is_safe_name, safe_name
+from whatif_bench.outputs import (
+    BASELINES,
+    atomic_output,
+    check_file_kind,
+    input_problem,
+    is_safe_name,
+    refuse_empty,
+    safe_name,
+)
 from whatif_bench.simulators.base import (
     MAX_INTERVAL_S,
     Baselines,
@@ -98,11 +106,18 @@ def _check_store_name(path: str | os.PathLike) -> None:
 
 
 def write_baselines(
-    path: str | os.PathLike, baselines: Iterable[Baselines], inputs: Iterable[str] = ()
+    path: str | os.PathLike,
+    baselines: Iterable[Baselines],
+    inputs: Iterable[str] = (),
+    lock: bool = True,
 ) -> Path:
     """Write the store atomically (``outputs.atomic_output``: locked, temporary file, rename,
     a killed run's temporary removed); ``inputs`` are paths the output must not replace.
     Returns the path.
+
+    ``lock=False``: the caller already holds ``outputs.output_lock(path)`` for its whole run
+    (``whatif simulate`` takes it before the simulations) and has removed the stale temporaries
+    under it; locking again here would fail against the caller's own lock.
 
     An existing file at ``path`` is replaced whatever it is (a world cache rebuilds a damaged
     file of its own): a command writing to a path the user named checks it first with
@@ -119,7 +134,7 @@ def write_baselines(
         safe_name(name, "simulator name")
     for item in items:
         _check_storable_text(path, item)
-    with atomic_output(path, inputs) as tmp, guarded_h5(tmp, track_order=True) as h5:
+    with atomic_output(path, inputs, lock=lock) as tmp, guarded_h5(tmp, track_order=True) as h5:
         h5.attrs["format"] = FORMAT
         h5.attrs["format_version"] = FORMAT_VERSION
         h5.attrs["toolkit_version"] = __version__
@@ -170,11 +185,16 @@ def read_baselines(path: str | os.PathLike, verify: bool = True) -> dict[str, Ba
     ``*.csv``, ``*.parquet`` and ``*.pq`` files are read in the table layout of
     ``simulators.tabular`` (one simulator each, no recorded hash); any other file is a store.
 
-    Every problem is a ``BaselinesFileError`` naming the file, the simulator and the field.
+    Every problem is a ``BaselinesFileError`` naming the file, the simulator and the field; a
+    path that is empty, a FIFO, a device, a socket, a symbolic link loop or a folder is named as
+    such before anything is opened.
     """
     import h5py
 
-    path = Path(path)
+    path = Path(refuse_empty(path, "baselines file", BaselinesFileError))
+    problem = input_problem(path, "baselines file")  # never opened: a FIFO would block
+    if problem is not None:
+        raise BaselinesFileError(problem)
     if path.is_dir():
         raise BaselinesFileError(f"{path}: is a folder, not a baselines file")
     if not path.is_file():

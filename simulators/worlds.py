@@ -27,7 +27,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from whatif_bench.errors import WhatIfError
-from whatif_bench.outputs import OutputLockedError, is_safe_name, output_lock, safe_name
+from whatif_bench.outputs import (
+    BASELINES,
+    OutputLockedError,
+    describe_kind,
+    file_kind,
+    is_safe_name,
+    output_lock,
+    path_problem,
+    refuse_empty,
+    safe_name,
+)
 from whatif_bench.simulators import epanet, gridlabd, opendc, sumo
 from whatif_bench.simulators.base import Baselines
 from whatif_bench.simulators.catalog import SIMULATORS
@@ -352,9 +362,15 @@ def run_world(
 class WorldCache:
     """Training-world runs kept as baselines files in ``folder``, each built once.
 
-    ``folder`` defaults to ``$WHATIF_WORLDS`` or ``~/.cache/whatif-bench/worlds``. A world is
-    run by at most one process at a time (a lock beside its file; others wait for it) and its
-    file appears only when complete. ``runs`` counts the simulations this object ran.
+    ``folder`` defaults to ``$WHATIF_WORLDS`` or ``~/.cache/whatif-bench/worlds`` (an empty
+    path is refused, never taken for the current folder). A world is run by at most one process
+    at a time (a lock beside its file; others wait for it) and its file appears only when
+    complete. ``runs`` counts the simulations this object ran.
+
+    Only this toolkit's baselines stores (``outputs.file_kind``: the HDF5 ``format``
+    attribute) are read or replaced: anything else under a world's file name (a user's file, a
+    corpus, a link, a folder, an HDF5 file too damaged to read its attributes) is a
+    ``WorldError`` naming it and saying to move it away, with or without ``rebuild``.
     """
 
     poll_s = 0.2  # how often a waiting process looks at a world another process is building
@@ -362,7 +378,7 @@ class WorldCache:
     def __init__(self, folder: str | os.PathLike | None = None) -> None:
         if folder is None:
             folder = os.environ.get(CACHE_ENV) or DEFAULT_CACHE.expanduser()
-        self.folder = Path(folder)
+        self.folder = Path(refuse_empty(folder, "--cache", WorldError))
         self.runs = 0
 
     def path(self, setting: WorldSetting, days: float | None = None) -> Path:
@@ -382,16 +398,20 @@ class WorldCache:
     ) -> Baselines:
         """The cached run of ``setting``, or run it once, store it and return it.
 
-        ``rebuild`` runs the world again and replaces its file. A corrupt cache file is a
-        ``WorldError`` naming the file and how to rebuild it.
+        ``rebuild`` runs the world again and replaces its file. A corrupt cache file (a
+        baselines store of this toolkit's that fails its checks) is a ``WorldError`` naming the
+        file and how to rebuild it; a file that is not one is never read or replaced
+        (``_check_own``).
         """
         days = _resolve_days(setting, days)
         path = self.path(setting, days)
+        self._check_own(path)
         if not rebuild and path.is_file():
             found = self._read(setting, days, path)
             if found is not None:
                 return found
         with self._building(path):
+            self._check_own(path)
             if not rebuild and path.is_file():  # another process built it while we waited
                 found = self._read(setting, days, path)
                 if found is not None:
@@ -402,6 +422,34 @@ class WorldCache:
             self.runs += 1
             write_baselines(path, [baselines])
             return baselines
+
+    def _check_own(self, path: Path) -> None:
+        """Refuse whatever is at ``path`` unless it is a regular file this toolkit wrote as a
+        baselines store (``outputs.file_kind``, read from its content): a user's file, a corpus,
+        a symbolic link, a folder or a special file is never opened, read or replaced; an HDF5
+        file whose attributes cannot be read at all (truncated) is not recognisable as ours
+        either, so it is left for the user to remove. Nothing there is no problem."""
+        if not os.path.lexists(path):
+            return
+        move = f"refusing to read or replace it: move it out of the cache folder {self.folder}"
+        special = "a symbolic link" if path.is_symlink() else path_problem(path)
+        if special is None and path.is_dir():
+            special = "a folder"
+        if special is not None:
+            raise WorldError(f"{path}: is {special}, not a training-world cache file; {move}")
+        kind = file_kind(path)
+        if kind == BASELINES:
+            return
+        if kind is not None:
+            raise WorldError(
+                f"{path}: holds {describe_kind(kind)}, not a training-world cache file (a "
+                f"whatif baselines store); {move}"
+            )
+        raise WorldError(
+            f"{path}: not recognisable as a training-world cache file (no whatif baselines "
+            f"format in it: another program's file, or one too damaged to read); {move}, or "
+            "delete it by hand"
+        )
 
     @contextlib.contextmanager
     def _building(self, path: Path) -> Iterator[None]:

@@ -75,10 +75,13 @@ def add_arguments(subparsers) -> None:
 
 
 def _stream(args: argparse.Namespace) -> int:
+    from whatif_bench.outputs import refuse_empty
     from whatif_bench.stream.shards import write_shards
     from whatif_bench.stream.task_stream import TaskStream
     from whatif_bench.workers import default_jobs
 
+    if args.cache is not None:  # "" is not the default cache: it would be the current folder
+        refuse_empty(args.cache, "--cache")
     cluster = cluster_from_args(args)
     stream = TaskStream(
         args.seed,

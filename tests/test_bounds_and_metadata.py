@@ -166,6 +166,60 @@ def test_the_help_states_the_bounds_and_why(capsys):
             assert word in text, (argv, word)
 
 
+EVAL = ["relationships", "eval", "--simulator", "sumo", "--target", "flow_loop_e_0_near"]
+K_RANGE = "error: sumo/flow_loop_e_0_near: K must be in 1..5, got"
+# `relationships eval` checks --k against the target's K and reads --y and --factor itself: a
+# value of hundreds or thousands of digits is shown shortened there too (exit 1; not a number
+# at all: the usage error, exit 2)
+EVAL_HUGE_VALUES = [
+    # (id, arguments, exit code, the error line)
+    ("k_huge", ["--y", "1", "--k", HUGE], 1, f"{K_RANGE} 10000000000000000000... (401 characters)"),
+    ("k_huge_negative", ["--y", "1", "--k", f"-{HUGE}"], 1, f"{K_RANGE} -1000000000000000000... (402 characters)"),
+    ("k_giant", ["--y", "1", "--k", GIANT], 1, f"{K_RANGE} 99999999999999999999... (5,000 characters)"),
+    (
+        "k_giant_not_a_number", ["--y", "1", "--k", f"{GIANT}x"], 2,
+        "error: argument --k: invalid int value: '99999999999999999999... (5,001 characters)'",
+    ),
+    ("y_huge", ["--y", HUGE], 1, "error: --y: '10000000000000000000... (401 characters)' is not a finite number"),
+    ("y_second_huge", ["--y", f"1,{HUGE}"], 1, "error: --y: '10000000000000000000... (401 characters)' is not a finite number"),
+    (
+        "y_huge_text", ["--y", f"1,x{HUGE}"], 1,
+        "error: --y: expected comma-separated numbers, got '1,x10000000000000000... (404 characters)'",
+    ),
+    (
+        "factor_huge", ["--y", "1", "--factor", f"tau={HUGE}"], 1,
+        "error: --factor tau: '10000000000000000000... (401 characters)' is not a finite number",
+    ),
+    (
+        "factor_huge_text", ["--y", "1", "--factor", f"tau=1,x{GIANT}"], 1,
+        "error: --factor tau: expected comma-separated numbers, got '1,x99999999999999999... (5,003 characters)'",
+    ),
+    (
+        "factor_without_name", ["--y", "1", "--factor", HUGE], 1,
+        "error: --factor expects COV=F1,F2,..., got '10000000000000000000... (401 characters)'",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "args", "code", "line"), EVAL_HUGE_VALUES, ids=[c[0] for c in EVAL_HUGE_VALUES]
+)
+def test_eval_shows_a_huge_value_shortened(tmp_path, capsys, monkeypatch, case, args, code, line):
+    monkeypatch.chdir(tmp_path)
+    got, out, err = run(capsys, *EVAL, *args)
+    assert got == code and out == ""
+    errors = [text for text in err.splitlines() if "error:" in text]
+    assert len(errors) == 1 and errors[0].endswith(line), err
+    assert code == 2 or err == f"{line}\n"
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_eval_still_takes_every_k_of_the_target(capsys):
+    for k in ("1", "5", " 3", "+2", "0003"):
+        code, out, _ = run(capsys, *EVAL, "--y", "1", "--k", k)
+        assert code == 0 and out.strip() == "1"
+
+
 # ---- 2. lazy shard bounds ----------------------------------------------------------------------
 
 

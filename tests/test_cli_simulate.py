@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import run_whatif
 from whatif_bench.simulators import read_baselines
 
@@ -42,3 +44,36 @@ def test_unknown_or_corrupt_baselines_file_is_a_clear_error(tmp_path):
     bad.write_text("nope")
     result = run_whatif("baselines", "info", str(bad))
     assert result.returncode == 1 and "not a readable HDF5 file" in result.stderr
+
+
+def _sha256(path):
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new_out", "existing_store"])
+def test_a_second_simulate_on_a_locked_output_fails_at_once(tmp_path, existing):
+    """Another process holds the output's lock (as a running `simulate` does from before its
+    first simulation to the write): this run fails at once with one line, runs no simulation
+    (no summary line, no progress bar), and leaves the output as it was."""
+    from whatif_bench.outputs import output_lock
+
+    out = tmp_path / "s.h5"
+    if existing:
+        run_whatif(
+            "simulate", "--simulator", "epanet", "--days", "0.1", "--out", str(out), check=True
+        )
+    before = _sha256(out)
+    with output_lock(out):
+        result = run_whatif("simulate", "--simulator", "epanet", "--days", "0.1", "--out", str(out))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: {out}: another whatif run is writing this output; wait for it or choose "
+        "another path\n"
+    )
+    assert result.stdout == "" and _sha256(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".s.h5.lock",
+        *(["s.h5"] if existing else []),
+    ]

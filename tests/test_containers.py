@@ -173,6 +173,64 @@ def test_a_build_that_fails_names_the_image_and_the_step(engine, base, tmp_path)
     assert "step 'RUN echo building && exit 3'" in message and "\n" not in message
 
 
+def _leftovers(folder: Path, log: Path) -> list[str]:
+    """What is beside ``log`` in ``folder`` apart from it and its lock file."""
+    return sorted(p.name for p in folder.iterdir() if p.name not in (log.name, f".{log.name}.lock"))
+
+
+def test_a_build_log_opens_with_the_header_and_replaces_only_a_log_of_whatif(
+    engine, base, tmp_path, monkeypatch
+):
+    """A log is written under a temporary name and renamed when the build ends; a second build
+    replaces the first one's log (it opens with the toolkit's header), a failed build's log is
+    kept and named, and no temporary is left behind."""
+    monkeypatch.setattr(containers, "IMAGES", (*containers.IMAGES, "logprobe"))
+    folder = tmp_path / "docker" / "logprobe"
+    folder.mkdir(parents=True)
+    dockerfile = folder / "Dockerfile"
+    logs = tmp_path / "logs"
+    log = logs / "logprobe.log"
+    probe = engine.image_ref(containers.image_name("logprobe"))
+    try:
+        for token in ("first", "second"):
+            dockerfile.write_text(f"ARG BASE=python:3.11-slim\nFROM ${{BASE}}\nRUN echo {token}\n")
+            containers.build_image(engine, "logprobe", tmp_path, base, log=log)
+            text = log.read_text()
+            assert text.startswith(f"{containers.LOG_HEADER}{probe} built by {engine.name} ")
+            assert f"echo {token}" in text and _leftovers(logs, log) == []
+        dockerfile.write_text(
+            "ARG BASE=python:3.11-slim\nFROM ${BASE}\nRUN echo failing && exit 3\n"
+        )
+        with pytest.raises(ContainerError) as info:
+            containers.build_image(engine, "logprobe", tmp_path, base, log=log)
+        assert str(info.value).endswith(f"(full log: {log})") and "\n" not in str(info.value)
+        assert "step 'RUN echo failing && exit 3'" in str(info.value)
+        text = log.read_text()
+        assert text.startswith(containers.LOG_HEADER) and "echo failing" in text
+        assert "echo second" not in text and _leftovers(logs, log) == []
+    finally:
+        subprocess.run([engine.path, "rmi", "-f", probe], capture_output=True)
+        containers.remove_superseded(engine, "logprobe")
+
+
+def test_a_file_of_the_users_named_like_the_log_is_kept(engine, base, tmp_path, monkeypatch):
+    # a probe image: were the file not refused, the build would not replace a real image's tag
+    monkeypatch.setattr(containers, "IMAGES", (*containers.IMAGES, "logprobe"))
+    (tmp_path / "docker" / "logprobe").mkdir(parents=True)
+    (tmp_path / "docker" / "logprobe" / "Dockerfile").write_text("FROM scratch\n")
+    log = tmp_path / "logs" / "logprobe.log"
+    log.parent.mkdir()
+    log.write_text("my notes\n")
+    probe = engine.image_ref(containers.image_name("logprobe"))
+    try:
+        with pytest.raises(ContainerError, match=r"logprobe.log: exists and is not a build log"):
+            containers.build_image(engine, "logprobe", tmp_path, base, log=log)
+    finally:
+        subprocess.run([engine.path, "rmi", "-f", probe], capture_output=True)
+    assert log.read_text() == "my notes\n" and _leftovers(log.parent, log) == []
+    assert not (log.parent / ".logprobe.log.lock").exists()  # refused before anything was made
+
+
 def _untagged(engine, *filters: str) -> set[str]:
     command = [engine.path, "images", "-a", "-q", "--no-trunc", "--filter", "dangling=true"]
     for item in filters:

@@ -174,9 +174,10 @@ def f_generate_over_a_users_hdf5(root, corpus, task_id):
 
 def f_generate_through_a_link_to_a_thesis(root, corpus, task_id):
     text(root / "thesis.tex")
-    (root / "c.h5").symlink_to("thesis.tex")
+    (root / "c.h5").symlink_to("thesis.tex")  # a link is never an output: neither is replaced
     return ["generate", "--targets", TARGET, "--jobs", "1", "--out", root / "c.h5"], (
-        "exists and is not a whatif corpus"
+        f"error: {root / 'c.h5'}: is a symbolic link; refusing to replace it: give the file "
+        "itself or another name"
     )
 
 

@@ -3,11 +3,13 @@ follows the trace, and every bad trace is one clear error (no JVM needed)."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 
 import numpy as np
 import pytest
 
+from tests.conftest import run_whatif
 from tests.opendc_support import (
     TRACE_CURRENT,
     gwa_folder_from_2_0,
@@ -106,6 +108,102 @@ def _parquet_with_null(path, column):
     pq.write_table(
         table.set_column(index, column, pa.array(values, table.schema.field(column).type)), path
     )
+
+
+def _edit_vm_row(path, column, key, index, change):
+    """Set ``column`` of the ``index``-th row of id ``key`` in the Parquet file to
+    ``change(value, previous)`` (``previous``: the value of that id's row before); returns
+    (the row in the file, the new value, the previous value)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    rows = np.flatnonzero(np.array(table.column("id").to_pylist()) == key)
+    values = table.column(column).to_pylist()
+    row, previous = int(rows[index]), values[rows[index - 1]] if index else None
+    values[row] = change(values[row], previous)
+    position = table.column_names.index(column)
+    field = table.schema.field(column)
+    pq.write_table(table.set_column(position, field, pa.array(values, field.type)), path)
+    return row, values[row], previous
+
+
+def _time_going_back(folder):
+    """The 11th fragment of VM 1019 starts 10**9 ms earlier: one step back in time."""
+    row, new, previous = _edit_vm_row(
+        folder / "trace.parquet", "time", "1019.csv", 10, lambda t, _: t - 10**9
+    )
+    return (
+        f"{folder / 'trace.parquet'}: VM 1019, row {row}: time {new} ms is not after the VM's "
+        f"previous fragment's {previous} ms"
+    )
+
+
+def _time_standing_still(folder):
+    row, new, previous = _edit_vm_row(
+        folder / "trace.parquet", "time", "1023.csv", 3, lambda _, before: before
+    )
+    return (
+        f"{folder / 'trace.parquet'}: VM 1023, row {row}: time {new} ms is not after the VM's "
+        f"previous fragment's {previous} ms"
+    )
+
+
+def _end_before_start(folder):
+    row, _, _ = _edit_vm_row(folder / "meta.parquet", "endTime", "1026.csv", 0, lambda *_: 0)
+    return (
+        f"{folder / 'meta.parquet'}: VM 1026, row {row}: endTime 0 ms is before "
+        "submissionTime 1376314546000 ms"
+    )
+
+
+def _negative_flops(folder):
+    row, _, _ = _edit_vm_row(folder / "trace.parquet", "flops", "1129.csv", 5, lambda *_: -7)
+    return f"{folder / 'trace.parquet'}: VM 1129, row {row}: negative flops -7"
+
+
+# OpenDC 2.0 traces whose every cell is there but says something impossible: each damage edits
+# the copy and returns the error expected, naming the file, the VM and the row of the file
+IMPOSSIBLE_TRACES = [_time_going_back, _time_standing_still, _end_before_start, _negative_flops]
+
+
+def _sha256(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("damage", IMPOSSIBLE_TRACES, ids=lambda d: d.__name__[1:])
+def test_an_impossible_2_0_trace_names_the_file_the_vm_and_the_row(tmp_path, damage):
+    folder = _copy(tmp_path)
+    message = damage(folder)
+    before = _sha256(folder)
+    with pytest.raises(TraceError) as info:
+        read_trace(folder, VMS)
+    assert str(info.value) == message
+    assert _sha256(folder) == before
+
+
+@pytest.mark.parametrize("damage", IMPOSSIBLE_TRACES, ids=lambda d: d.__name__[1:])
+def test_simulate_refuses_an_impossible_2_0_trace_in_one_line_and_writes_nothing(
+    tmp_path, monkeypatch, damage
+):
+    """Through the command line: one ``error:`` line, the trace unchanged, no baselines file
+    (the ``cli`` backend is never started: the trace is read first)."""
+    folder = _copy(tmp_path)
+    message = damage(folder)
+    before = _sha256(folder)
+    monkeypatch.setenv("OPENDC_BIN", "/bin/false")
+    out = tmp_path / "out" / "o.h5"
+    result = run_whatif(
+        "simulate", "--simulator", "opendc", "--backend", "cli", "--days", "0.1",
+        "--trace", str(folder), "--out", str(out),
+    )  # fmt: skip
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and errors == [f"error: {message}"], result.stderr
+    assert "Traceback" not in result.stderr and "unexpected" not in result.stderr
+    assert _sha256(folder) == before
+    assert not out.exists()
+    leftovers = [p.name for p in out.parent.iterdir()] if out.parent.exists() else []
+    assert [name for name in leftovers if name != ".o.h5.lock"] == []
 
 
 BAD_TRACES = [

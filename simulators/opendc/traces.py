@@ -3,7 +3,9 @@
 - ``opendc-2.0``: OpenDC 2.0's ``meta.parquet`` (``id`` like ``"1019.csv"``, ``submissionTime``
   in ms since the epoch, ``maxCores``, ``requiredMemory`` in MB) and ``trace.parquet`` (``id``,
   ``time`` in ms, ``duration`` in ms, ``cores``, ``cpuUsage`` in MHz), as in OpenDC's repository
-  at tag v2.0 (``traces/bitbrains-small``);
+  at tag v2.0 (``traces/bitbrains-small``); a VM's ``time`` must increase from fragment to
+  fragment, and ``endTime`` (meta) and ``flops`` (trace), which the wrapper does not use, are
+  checked where present: an end before the submission and negative flops are refused;
 - ``opendc-current``: the newer OpenDC workload, ``tasks.parquet`` (``id`` int, ``submission_time``
   in ms, ``cpu_count``, ``mem_capacity`` in KB) and ``fragments.parquet`` (``id``, ``duration`` in
   ms, ``cpu_usage`` in MHz);
@@ -143,9 +145,13 @@ def read_trace(folder: str | os.PathLike, vm_ids: Sequence[str]) -> Trace:
 
 
 def _read_parquet(
-    path: Path, columns: list[str], filters: list[tuple[str, str, object]] | None = None
+    path: Path,
+    columns: list[str],
+    filters: list[tuple[str, str, object]] | None = None,
+    optional: Sequence[str] = (),
 ) -> pd.DataFrame:
-    """``columns`` of a Parquet file (rows matching ``filters``), with no empty cell."""
+    """``columns`` of a Parquet file, and those of ``optional`` it has (rows matching
+    ``filters``), with no empty cell."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -156,6 +162,7 @@ def _read_parquet(
     missing = [c for c in columns if c not in names]
     if missing:
         raise TraceError(f"{path}: lacks column(s) {missing} (has {names})")
+    columns = [*columns, *(c for c in optional if c in names and c not in columns)]
     try:
         table = pq.read_table(path, columns=columns, filters=filters)
     except (OSError, pa.ArrowException, ValueError) as exc:
@@ -179,20 +186,65 @@ def _one(rows: pd.DataFrame, what: str, path: Path, vm: str) -> pd.Series:
     return rows.iloc[0]
 
 
+def _file_row(path: Path, key: str, index: int) -> int:
+    """The row of the Parquet file ``path`` (0-based, file order) holding the ``index``-th row
+    of id ``key`` (the rows were read filtered, which loses their place in the file)."""
+    import pyarrow.parquet as pq
+
+    ids = pq.read_table(path, columns=["id"]).column("id").to_numpy(zero_copy_only=False)
+    return int(np.flatnonzero(ids == key)[index])
+
+
+def _check_opendc_2(
+    meta_path: Path, trace_path: Path, vm: str, key: str, row: pd.Series, rows: pd.DataFrame
+) -> None:
+    """What OpenDC 2.0's files say beyond what the wrapper replays: the meta row's ``endTime``
+    is not before its ``submissionTime``, the fragments' ``time`` increases and their ``flops``
+    are >= 0 (``endTime`` and ``flops`` where the files have them)."""
+    if "endTime" in row.index and int(row["endTime"]) < int(row["submissionTime"]):
+        raise TraceError(
+            f"{meta_path}: VM {vm}, row {row.name}: endTime {int(row['endTime'])} ms is before "
+            f"submissionTime {int(row['submissionTime'])} ms"
+        )
+    times = rows["time"].to_numpy(dtype=np.int64)
+    back = np.flatnonzero(np.diff(times) <= 0)
+    if back.size:
+        i = int(back[0]) + 1
+        raise TraceError(
+            f"{trace_path}: VM {vm}, row {_file_row(trace_path, key, i)}: time {times[i]} ms is "
+            f"not after the VM's previous fragment's {times[i - 1]} ms"
+        )
+    if "flops" in rows.columns:
+        flops = rows["flops"].to_numpy()
+        negative = np.flatnonzero(flops < 0)
+        if negative.size:
+            i = int(negative[0])
+            raise TraceError(
+                f"{trace_path}: VM {vm}, row {_file_row(trace_path, key, i)}: negative flops "
+                f"{flops[i]}"
+            )
+
+
 def _read_opendc_2(folder: Path, wanted: list[str]) -> tuple[dict[str, TraceVM], list[str]]:
     meta_path, trace_path = folder / "meta.parquet", folder / "trace.parquet"
-    meta = _read_parquet(meta_path, ["id", "submissionTime", "maxCores", "requiredMemory"])
+    meta = _read_parquet(
+        meta_path, ["id", "submissionTime", "maxCores", "requiredMemory"], optional=["endTime"]
+    )
     ids = [f"{vm}.csv" for vm in wanted]
     _missing(folder, wanted, [str(i).removesuffix(".csv") for i in meta["id"]])
     trace = _read_parquet(
-        trace_path, ["id", "time", "duration", "cores", "cpuUsage"], filters=[("id", "in", ids)]
+        trace_path,
+        ["id", "time", "duration", "cores", "cpuUsage"],
+        filters=[("id", "in", ids)],
+        optional=["flops"],
     )
     vms = {}
     for vm, key in zip(wanted, ids, strict=True):
-        row = _one(meta[meta["id"] == key], "meta", meta_path, vm)
+        row = _one(meta[meta["id"] == key], "meta", meta_path, vm)  # its name: the file row
         rows = trace[trace["id"] == key]  # replay order is file order, as OpenDC reads it
         if rows.empty:
             raise TraceError(f"{trace_path}: VM {vm} has no fragments")
+        _check_opendc_2(meta_path, trace_path, vm, key, row, rows)
         # a fragment of zero usage may name 0 cores (OpenDC idles through it either way)
         busy = rows["cpuUsage"].to_numpy() > 0
         cores = {int(c) for c in rows["cores"].to_numpy()[busy]}

@@ -166,3 +166,28 @@ def bounded_float(high: float, high_text: str) -> Callable[[str], float]:
 days_float = bounded_float(MAX_DAYS, "days (ten years)")
 #: ``--timeout``, ``--dask-timeout``: seconds in (0, 86400].
 seconds_float = bounded_float(MAX_WAIT_S, "s (one day)")
+
+
+def shown(text: str) -> str:
+    """``text`` as a message outside an argparse type quotes a value the user typed
+    (``relationships eval --y``): shortened when long, by the rule of the types here."""
+    return _shown(text)
+
+
+def integer_text(text: str) -> str:
+    """An argparse type for an integer option whose range is known only later (``relationships
+    eval --k``: 1 to the target's number of covariates): ``text`` itself once it is an integer,
+    so the later check can show it as typed (``integer_value``); anything else is the usage
+    error ``invalid int value: ...``, shortened when long."""
+    try:
+        _integer(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {_shown(text)!r}") from None
+    return text
+
+
+def integer_value(text: str) -> tuple[int, str]:
+    """An ``integer_text`` as (its value, the value as a message shows it). One of more than 40
+    digits is never converted: it is +-10**40, outside every range, shown shortened."""
+    value = _integer(text)
+    return value, _value(text, value)

@@ -10,7 +10,11 @@ Every command that writes a file or folder goes through these helpers, so the pr
   (``check_output_path``), and a folder is never replaced while it is or holds an input
   (``check_not_inside``);
 - only regular files and folders are used: a FIFO, a device, a socket or a symbolic link loop,
-  as an output, an output's folder or an input, is one ``OutputError`` (``check_regular``);
+  as an output, an output's folder or an input, is one ``OutputError`` (``check_regular``;
+  an input file names the cause, ``input_problem``); an output, file or folder, that is itself
+  a symbolic link (dangling or not) is refused, never replaced by what it points to or by a
+  regular file (``check_output_path``, ``check_folder_output``);
+- an empty path is refused, never taken for the current folder (``refuse_empty``);
 - a folder is replaced only if this toolkit wrote it as an output of the same kind: its
   identity record ``.whatif-output.json`` (``{"tool": "whatif-bench", "kind": ..., "version":
   1}``) says so (``check_folder_output``); a folder without one, whoever wrote it, is refused;
@@ -126,6 +130,29 @@ def check_regular(path: str | os.PathLike, role: str = "path") -> Path:
     return Path(path)
 
 
+def input_problem(path: str | os.PathLike, role: str) -> str | None:
+    """Why ``path`` cannot be read as the input file ``role`` (e.g. ``"corpus"``), or ``None``:
+    ``"PATH: the corpus is a FIFO (named pipe), not a regular file"`` (a symbolic link loop, a
+    device or a socket likewise, ``path_problem``), found without opening it (a FIFO would
+    block). A regular file, a folder or a missing path is no problem here: the reader says so
+    in its own words."""
+    problem = path_problem(path)
+    if problem is None:
+        return None
+    return f"{os.fspath(path)}: the {role} is {problem}, not a regular file"
+
+
+def refuse_empty(
+    path: str | os.PathLike, what: str, error: type[WhatIfError] = OutputError
+) -> str | os.PathLike:
+    """``path`` itself unless it is empty: ``Path("")`` is the current folder, so an empty
+    option would quietly read or write there (or fall back to its default); then
+    ``error("WHAT: the path is empty")``, ``what`` naming the option (e.g. ``"--cache"``)."""
+    if os.fspath(path) == "":
+        raise error(f"{what}: the path is empty")
+    return path
+
+
 def real_path(path: str | os.PathLike) -> str:
     """``os.path.realpath`` of ``path`` (symbolic links followed, never raising on a loop)."""
     return os.path.realpath(os.path.abspath(os.fspath(path)))
@@ -140,7 +167,8 @@ def check_output_path(
 ) -> Path:
     """Refuse an output path that is unusable or is one of ``inputs``; returns it as a Path.
 
-    A file output must not be an existing folder, nor lie under a file; a folder output
+    A file output must not be an existing folder, nor lie under a file, nor be a symbolic link
+    (dangling or not: the rename would put a regular file in its place); a folder output
     (``folder=True``) must not be an existing file. Neither may be one of the inputs (compared
     by real path: another spelling or a symbolic link is the same path), nor a symbolic link
     loop, nor a special file (FIFO, device, socket): those are never replaced by a regular
@@ -167,6 +195,11 @@ def check_output_path(
         same = source.exists() and path.exists() and os.path.samefile(source, path)
         if same or real_path(source) == real:
             raise OutputError(f"{path}: the output would replace the input {source}")
+    if not folder and path.is_symlink():  # dangling or not: the rename would replace the link
+        raise OutputError(
+            f"{path}: is a symbolic link; refusing to replace it: give the file itself or "
+            "another name"
+        )
     return path
 
 

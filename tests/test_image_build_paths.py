@@ -1,0 +1,193 @@
+"""``whatif images build``: every unusable ``--repo``, ``--maven-repo`` or ``--logs`` path is one
+``error:`` line given before a container engine is asked or anything is built, made or written,
+and a file named like a build log that whatif did not write is never replaced. No engine is
+needed: the engine look-up fails the test if it is reached (the builds themselves are in the
+``containers`` tier, ``tests/test_containers.py``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from whatif_bench.cli import main
+from whatif_bench.simulators import containers
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(capsys, *argv):
+    """The command line in-process: (exit code, stdout, stderr), with the error-line promises."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "unexpected" not in err, err
+    return code, out, err
+
+
+def _state(root: Path) -> dict[str, str]:
+    """Every entry under ``root``: what it is, and a file's SHA-256 (links are not followed)."""
+    state = {}
+    for path in sorted(root.rglob("*")):
+        name = str(path.relative_to(root))
+        if path.is_symlink():
+            state[name] = f"link to {os.readlink(path)}"
+        elif path.is_file():
+            state[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            state[name] = "folder" if path.is_dir() else "special"
+    return state
+
+
+def loop(root):
+    (root / "loop").symlink_to(root / "loop")
+    return root / "loop"
+
+
+def fifo(root):
+    os.mkfifo(root / "fifo")
+    return root / "fifo"
+
+
+def a_file(root):
+    (root / "file.txt").write_text("the user's notes\n")
+    return root / "file.txt"
+
+
+def dangling(root):
+    (root / "dangling").symlink_to(root / "nowhere")
+    return root / "dangling"
+
+
+def logs_with(root, name, make):
+    """A logs folder whose ``name`` entry ``make(path)`` makes; returns the folder."""
+    folder = root / "logs"
+    folder.mkdir()
+    make(folder / name)
+    return folder
+
+
+def users_log(path):
+    path.write_text("my own notes, not a build log\n")
+
+
+def link_to_users_file(path):
+    (path.parent.parent / "notes.txt").write_text("my notes\n")
+    path.symlink_to(path.parent.parent / "notes.txt")
+
+
+# (id, the options, the error line), each built in a fresh folder ``root``
+BAD_PATHS = [
+    (
+        "repo_loop",
+        lambda r: ["--repo", str(loop(r))],
+        lambda r: (
+            f"{r}/loop: the repository folder is a symbolic link loop, not a regular file or folder"
+        ),
+    ),
+    (
+        "repo_fifo",
+        lambda r: ["--repo", str(fifo(r))],
+        lambda r: f"{r}/fifo: the repository folder is a FIFO (named pipe), not a regular file",
+    ),
+    (
+        "maven_repo_loop",
+        lambda r: ["--image", "opendc", "--maven-repo", str(loop(r))],
+        lambda r: (
+            f"{r}/loop: the Maven repository is a symbolic link loop, not a regular file or folder"
+        ),
+    ),
+    (
+        "logs_regular_file",
+        lambda r: ["--logs", str(a_file(r))],
+        lambda r: f"{r}/file.txt: exists and is not a folder",
+    ),
+    (
+        "logs_fifo",
+        lambda r: ["--logs", str(fifo(r))],
+        lambda r: f"{r}/fifo: the output is a FIFO (named pipe), not a regular file",
+    ),
+    (
+        "logs_dev_null",
+        lambda r: ["--logs", "/dev/null"],
+        lambda r: "/dev/null: the output is a character device, not a regular file",
+    ),
+    (
+        "logs_loop",
+        lambda r: ["--logs", str(loop(r))],
+        lambda r: f"{r}/loop: the output is a symbolic link loop, not a regular file or folder",
+    ),
+    (
+        "logs_dangling_link",
+        lambda r: ["--logs", str(dangling(r))],
+        lambda r: f"{r}/dangling: is a symbolic link to nothing ({r}/nowhere); give a folder",
+    ),
+    (
+        "logs_under_a_file",
+        lambda r: ["--logs", str(a_file(r) / "x")],
+        lambda r: f"{r}/file.txt/x: {r}/file.txt is a file, not a folder",
+    ),
+    ("logs_empty", lambda r: ["--logs", ""], lambda r: "the output path is empty"),
+    (
+        "log_of_the_user",
+        lambda r: ["--logs", str(logs_with(r, "epanet.log", users_log))],
+        lambda r: (
+            f"{r}/logs/epanet.log: exists and is not a build log whatif wrote (it does "
+            "not open with '# whatif images build log:'); refusing to replace it: delete it by "
+            "hand or choose another --logs folder"
+        ),
+    ),
+    (
+        "log_links_to_a_users_file",
+        lambda r: ["--logs", str(logs_with(r, "epanet.log", link_to_users_file))],
+        lambda r: (
+            f"{r}/logs/epanet.log: is a symbolic link; refusing to replace it: give the "
+            "file itself or another name"
+        ),
+    ),
+    (
+        "log_links_to_dev_null",
+        lambda r: ["--logs", str(logs_with(r, "epanet.log", lambda p: p.symlink_to("/dev/null")))],
+        lambda r: f"{r}/logs/epanet.log: the output is a character device, not a regular file",
+    ),
+    (
+        "log_is_a_fifo",
+        lambda r: ["--logs", str(logs_with(r, "epanet.log", os.mkfifo))],
+        lambda r: f"{r}/logs/epanet.log: the output is a FIFO (named pipe), not a regular file",
+    ),
+    (
+        "log_is_a_folder",
+        lambda r: ["--logs", str(logs_with(r, "epanet.log", Path.mkdir))],
+        lambda r: f"{r}/logs/epanet.log: is a folder; give a file name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "options", "line"), BAD_PATHS, ids=[c[0] for c in BAD_PATHS])
+def test_a_bad_build_path_is_one_error_line_before_any_work(
+    tmp_path, capsys, monkeypatch, case, options, line
+):
+    def no_engine(*args, **kwargs):
+        raise AssertionError("the container engine was asked")
+
+    monkeypatch.setattr(containers, "find_engine", no_engine)
+    monkeypatch.setattr(containers, "build_image", no_engine)
+    root = tmp_path / "root"
+    root.mkdir()
+    argv = ["images", "build", "--image", "epanet", "--repo", str(REPO), *options(root)]
+    before = _state(root)
+    code, out, err = run(capsys, *argv)
+    assert code == 1 and out == ""
+    assert err == f"error: {line(root)}\n"
+    assert _state(root) == before  # nothing made, written or replaced
+
+
+def test_a_log_whatif_wrote_is_accepted_for_replacing(tmp_path):
+    log = tmp_path / "epanet.log"
+    log.write_text(f"{containers.LOG_HEADER}localhost/whatif-epanet:0 built by podman\nSTEP 1/2\n")
+    assert containers.check_build_log(log) == log
+    assert containers.check_build_log(tmp_path / "sumo.log") == tmp_path / "sumo.log"

@@ -270,17 +270,24 @@ def test_corrupt_cache_file_is_one_clear_error_naming_it_and_the_rebuild(tmp_pat
     cache = WorldCache(tmp_path)
     world = get_world(SHORT_EPANET)
     path = cache.path(world, days=1)
+    # a file that is not recognisably a store of ours is never read or replaced, rebuild or not
     path.write_bytes(b"not an HDF5 file")
-    with pytest.raises(WorldError, match="corrupt training-world cache file") as caught:
-        cache.get(world, days=1)
-    assert str(path) in str(caught.value) and "--rebuild" in str(caught.value)
-    assert "--days 1" in str(caught.value)
-    cache.get(world, days=1, rebuild=True)
-    # a readable file whose numbers were edited fails the store's hash check
+    for rebuild in (False, True):
+        with pytest.raises(WorldError, match="not recognisable as a training-world cache file"):
+            cache.get(world, days=1, rebuild=rebuild)
+        assert path.read_bytes() == b"not an HDF5 file"
+    path.unlink()
+    cache.get(world, days=1)
+    # a store of ours whose numbers were edited fails the store's hash check; --rebuild fixes it
     with h5py.File(path, "r+") as h5:
         h5["epanet/series/pressure_10"][0] += 1.0
-    with pytest.raises(WorldError, match="does not match its recorded hash.*--rebuild"):
+    with pytest.raises(WorldError, match="does not match its recorded hash.*--rebuild") as caught:
         WorldCache(tmp_path).get(world, days=1)
+    assert str(path) in str(caught.value) and "--days 1" in str(caught.value)
+    rebuilt = WorldCache(tmp_path)
+    rebuilt.get(world, days=1, rebuild=True)
+    assert rebuilt.runs == 1
+    WorldCache(tmp_path).get(world, days=1)  # reads cleanly again
 
 
 def test_a_cache_file_of_an_older_world_definition_is_rebuilt(tmp_path):

@@ -36,6 +36,20 @@ def run_whatif(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     )
 
 
+def run_main(capsys, *argv: str) -> tuple[object, str, str]:
+    """The command line in-process: (exit code, stdout, stderr), with the error-line promises
+    checked (no traceback, no ``unexpected`` line)."""
+    from whatif_bench.cli import main
+
+    try:
+        code: object = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "unexpected" not in err, err
+    return code, out, err
+
+
 def small_corpus(folder, targets: tuple[str, ...], seed: int = 0):
     """Generate a corpus of ``targets`` from the shipped baselines into ``folder/c.h5`` (one
     process); returns its path."""
@@ -66,3 +80,22 @@ def _forget_user_forms_after_each_module():
     plugins._loaded.intersection_update(loaded)
     for key in set(plugins._origins) - set(origins):
         del plugins._origins[key]
+
+
+ONE_TARGET = "epanet/pressure_10"  # the target of the one-target corpus below
+
+
+@pytest.fixture(scope="session")
+def one_target_corpus(tmp_path_factory):
+    """A corpus of ``ONE_TARGET`` alone, generated once per session for the tests that only
+    read it (as an input they check is unchanged)."""
+    return small_corpus(tmp_path_factory.mktemp("one-target-corpus"), (ONE_TARGET,))
+
+
+@pytest.fixture(scope="session")
+def one_target_task_id(one_target_corpus) -> str:
+    """The first task id of ``one_target_corpus``."""
+    from whatif_bench.generator import Corpus
+
+    with Corpus(one_target_corpus) as opened:
+        return opened.task_ids()[0]

@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 import pytest
 
+from tests.conftest import run_main as run
 from tests.test_table_baselines import GOOD_CSV, _series, write_parquet
 from whatif_bench.cli import build_parser, main
 from whatif_bench.cli_types import (
@@ -34,17 +35,6 @@ from whatif_bench.stream.h5shard import ShardError, read_shard, shard_columns, w
 HUGE = str(10**400)
 GIANT = "9" * 5000  # beyond int()'s 4,300-digit limit
 TOO_MANY_JOBS = str(max_jobs() + 1)
-
-
-def run(capsys, *argv):
-    """The command line in-process: (exit code, stdout, stderr); never a traceback."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse usage errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err and "unexpected" not in err, err
-    return code, out, err
 
 
 # ---- 1. bounded options ------------------------------------------------------------------------

@@ -8,21 +8,9 @@ import re
 
 import pytest
 
+from tests.conftest import run_main as run
 from tests.toy_spec import one_covariate_spec
-from whatif_bench.cli import main
 from whatif_bench.cli_types import positive_float
-
-
-def run(capsys, *argv):
-    """The command line in-process: (exit code, stdout, stderr), with the error-line promises."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse usage errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err and "unexpected" not in err
-    return code, out, err
-
 
 # ---- relationships plot / doc --------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from tests.conftest import run_whatif, small_corpus
+from tests.conftest import ONE_TARGET, run_whatif
 from tests.test_output_safety import assert_nothing_lost, one_error, run_in_process, snapshot
 from whatif_bench.figures import new_figure, save_png
 from whatif_bench.outputs import (
@@ -35,23 +35,20 @@ from whatif_bench.outputs import (
 )
 from whatif_bench.simulators import shipped_baselines_path
 
-TARGET = "epanet/pressure_10"
+TARGET = ONE_TARGET
 REPO = Path(__file__).resolve().parents[1]
 THESIS = b"\\documentclass{article}\n\\begin{document}Years of work.\\end{document}\n"
 REFUSE = "; refusing to replace it: delete it by hand or choose another name"
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return small_corpus(tmp_path_factory.mktemp("corpus"), (TARGET,))
+def corpus(one_target_corpus) -> Path:
+    return one_target_corpus
 
 
 @pytest.fixture(scope="module")
-def task_id(corpus) -> str:
-    from whatif_bench.generator import Corpus
-
-    with Corpus(corpus) as opened:
-        return opened.task_ids()[0]
+def task_id(one_target_task_id) -> str:
+    return one_target_task_id
 
 
 @pytest.fixture

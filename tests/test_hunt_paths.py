@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import small_corpus
+from tests.conftest import ONE_TARGET
 from tests.test_file_outputs import text, user_hdf5, whatif_png
 from tests.test_output_safety import Ran, one_error, run_in_process, snapshot
 from whatif_bench.outputs import BASELINES, file_kind
 from whatif_bench.simulators import shipped_baselines_path
 
-TARGET = "epanet/pressure_10"
+TARGET = ONE_TARGET
 WORLD = "epanet-demand-summer"
 DAYS = 0.2
 WORLD_FILE = f"{WORLD}-{DAYS:g}d.h5"  # WorldCache.path of WORLD run for DAYS
@@ -34,16 +34,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return small_corpus(tmp_path_factory.mktemp("corpus"), (TARGET,))
+def corpus(one_target_corpus) -> Path:
+    return one_target_corpus
 
 
 @pytest.fixture(scope="module")
-def task_id(corpus) -> str:
-    from whatif_bench.generator import Corpus
-
-    with Corpus(corpus) as opened:
-        return opened.task_ids()[0]
+def task_id(one_target_task_id) -> str:
+    return one_target_task_id
 
 
 @pytest.fixture(scope="module")

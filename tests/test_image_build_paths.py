@@ -12,21 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from whatif_bench.cli import main
+from tests.conftest import run_main as run
 from whatif_bench.simulators import containers
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run(capsys, *argv):
-    """The command line in-process: (exit code, stdout, stderr), with the error-line promises."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse usage errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err and "unexpected" not in err, err
-    return code, out, err
 
 
 def _state(root: Path) -> dict[str, str]:

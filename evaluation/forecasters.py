@@ -40,10 +40,19 @@ class ModelError(WhatIfError, ValueError):
 
 @dataclass(frozen=True)
 class Forecast:
-    """A point forecast (H,) and/or quantiles (H, 9) at ``QUANTILE_LEVELS``."""
+    """A point forecast (H,) and/or quantiles (H, 9) at ``QUANTILE_LEVELS``.
+
+    ``imputed``: the model gave no forecast of its own for this task and this one stands in
+    for it (an LLM whose every answer failed gets the naive forecast); it is scored like any
+    other and counted in the leaderboard's ``num_imputed``. ``seconds``: the model's own
+    measure of its inference time for this task (an LLM's request latency), used instead of
+    the runner's share of the predict call's wall time when given.
+    """
 
     point: np.ndarray | None = None
     quantiles: np.ndarray | None = None
+    imputed: bool = False
+    seconds: float | None = None
 
     def __post_init__(self) -> None:
         if self.point is None and self.quantiles is None:

@@ -1,0 +1,224 @@
+"""What every foundation-model adapter shares: grouping by covariate schema, mapping a model's
+own quantile levels onto the toolkit's nine, batching, devices, seeds and the fingerprint.
+
+An adapter subclasses ``FoundationForecaster`` and implements ``_load`` (build or load the
+model, once, on first use) and ``_forecast_group`` (forecast tasks that share one covariate
+schema and horizon).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from whatif_bench.evaluation.forecasters import Forecast, ModelError, TaskInput
+from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
+
+__all__ = [
+    "FoundationForecaster",
+    "batches",
+    "covariate_names",
+    "import_library",
+    "library_version",
+    "schema_groups",
+    "to_nine_levels",
+]
+
+DEVICES = ("cpu", "cuda", "mps")
+
+
+def import_library(module: str, package: str, extra: str):
+    """``importlib.import_module(module)``, or a ``ModelError`` saying which ``pip install``
+    brings ``package`` (the ``extra`` of this toolkit that pins it)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ModelError(
+            f"{package} is not installed ({exc}); install it with: pip install "
+            f"'whatif-bench[{extra}]'"
+        ) from None
+
+
+def library_version(package: str) -> str | None:
+    """The installed version of distribution ``package``, or None."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def covariate_names(task: TaskInput) -> tuple[str, ...]:
+    """The task's covariate names, (K,): its own, or ``covariate_1`` … when it has none (as
+    ``adapters.dict_entry`` names them)."""
+    k = task.history_covariates.shape[0]
+    return tuple(task.covariate_names) or tuple(f"covariate_{i}" for i in range(1, k + 1))
+
+
+def schema_groups(batch: Sequence[TaskInput]) -> dict[tuple[int, tuple[str, ...]], list[int]]:
+    """Positions of the batch's tasks by (horizon H, covariate names), in first-seen order:
+    the tasks one model call can take together (one covariate schema, one horizon)."""
+    groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+    for index, task in enumerate(batch):
+        groups.setdefault((task.prediction_length, covariate_names(task)), []).append(index)
+    return groups
+
+
+def batches(positions: Sequence[int], size: int) -> Iterator[list[int]]:
+    """``positions`` in consecutive runs of at most ``size``."""
+    for start in range(0, len(positions), size):
+        yield list(positions[start : start + size])
+
+
+def to_nine_levels(levels: Sequence[float], values: np.ndarray) -> np.ndarray:
+    """Quantiles at a model's own ``levels`` (L,), ``values`` (..., L), as quantiles at the
+    toolkit's nine ``QUANTILE_LEVELS`` (..., 9) float64.
+
+    A level the model has is taken as it is. A level between two of the model's is linearly
+    interpolated in the level; a level outside the model's range takes the nearest end (no
+    extrapolation). The values are sorted along the last axis first, so crossed quantiles of
+    the model become a monotone set. ``levels`` must be strictly increasing in (0, 1).
+    """
+    grid = np.asarray(levels, dtype=np.float64)
+    array = np.asarray(values, dtype=np.float64)
+    if grid.ndim != 1 or grid.size == 0 or array.shape[-1:] != grid.shape:
+        raise ValueError(f"quantile values of shape {array.shape} do not match {grid.size} levels")
+    if not (np.all(np.diff(grid) > 0) and grid[0] > 0 and grid[-1] < 1):
+        raise ValueError(f"quantile levels must increase strictly in (0, 1), got {list(grid)}")
+    array = np.sort(array, axis=-1)
+    flat = array.reshape(-1, grid.size)
+    out = np.empty((flat.shape[0], len(QUANTILE_LEVELS)))
+    for j, level in enumerate(QUANTILE_LEVELS):
+        upper = int(np.searchsorted(grid, level))
+        if upper < grid.size and grid[upper] == level:
+            out[:, j] = flat[:, upper]
+        elif upper == 0:
+            out[:, j] = flat[:, 0]
+        elif upper == grid.size:
+            out[:, j] = flat[:, -1]
+        else:
+            low, high = grid[upper - 1], grid[upper]
+            weight = (level - low) / (high - low)
+            out[:, j] = (1 - weight) * flat[:, upper - 1] + weight * flat[:, upper]
+    return out.reshape(*array.shape[:-1], len(QUANTILE_LEVELS))
+
+
+def _check_options(name: str, device: str, batch_size: int, seed: int) -> None:
+    kind = device.split(":", 1)[0] if isinstance(device, str) else None
+    if kind not in DEVICES:
+        raise ModelError(
+            f"{name}: device must be one of {', '.join(DEVICES)} (cuda:N for one GPU), got "
+            f"{device!r}"
+        )
+    for label, value, least in (("batch_size", batch_size, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ModelError(f"{name}: {label} must be a whole number >= {least}, got {value!r}")
+
+
+class FoundationForecaster:
+    """The shared part of an adapter: a toolkit forecaster (``name``, batch ``predict``).
+
+    ``model`` is a checkpoint (a Hugging Face id or a local folder, loaded by the library) or
+    an already built model object of the library (what the tests pass: tiny random
+    configurations, nothing downloaded). ``predict`` groups the batch by covariate schema
+    (``schema_groups``), splits each group into runs of ``batch_size`` tasks and calls
+    ``_forecast_group`` on each, seeding torch with ``seed`` first when the library uses it,
+    so the same tasks give the same forecasts whatever the chunking.
+    """
+
+    #: the adapter's name in ``--models`` (``ADAPTERS``); the distribution whose version is
+    #: recorded in the fingerprint; its extra
+    adapter = ""
+    package = ""
+    extra = ""
+
+    def __init__(
+        self,
+        model: Any,
+        device: str = "cpu",
+        batch_size: int = 64,
+        seed: int = 0,
+        name: str | None = None,
+    ) -> None:
+        _check_options(self.adapter, device, batch_size, seed)
+        self.model_id = model if isinstance(model, str) else _object_label(model)
+        self._given = None if isinstance(model, str) else model
+        self.device, self.batch_size, self.seed = device, batch_size, seed
+        self.name = name or self.adapter
+        self._model: Any = None
+
+    def params(self) -> dict:
+        """What identifies this model's results (see ``forecasters.fingerprint``)."""
+        return {
+            "adapter": self.adapter,
+            "model": self.model_id,
+            "library": self.package,
+            "library_version": library_version(self.package),
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            **self._identity(),
+        }
+
+    def _identity(self) -> dict:
+        """More of the model's identity (its configuration), for ``params``."""
+        return {}
+
+    def loaded(self) -> Any:
+        """The library's model, built or loaded on first use."""
+        if self._model is None:
+            self._model = self._load()
+        return self._model
+
+    def _load(self) -> Any:
+        raise NotImplementedError
+
+    def _forecast_group(self, tasks: list[TaskInput]) -> list[Forecast]:
+        """Forecasts of tasks sharing one horizon and covariate names (at most
+        ``batch_size`` of them), one per task."""
+        raise NotImplementedError
+
+    def _seed(self) -> None:
+        """Seed the library's random numbers before a call (torch by default)."""
+        import sys
+
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.manual_seed(self.seed)
+
+    def predict(self, batch: list[TaskInput]) -> list[Forecast]:
+        out: list[Forecast | None] = [None] * len(batch)
+        self.loaded()
+        for positions in schema_groups(batch).values():
+            for run in batches(positions, self.batch_size):
+                self._seed()
+                forecasts = self._forecast_group([batch[i] for i in run])
+                if len(forecasts) != len(run):
+                    raise ValueError(
+                        f"{self.name}: {len(forecasts)} forecasts for {len(run)} tasks"
+                    )
+                for index, forecast in zip(run, forecasts, strict=True):
+                    out[index] = forecast
+        return [forecast for forecast in out if forecast is not None]
+
+
+def _object_label(model: object) -> str:
+    """A model object given instead of a checkpoint, as the fingerprint names it: its class
+    and, when it has one, the hash of its configuration's JSON."""
+    import hashlib
+    import json
+
+    kind = type(model)
+    label = f"{kind.__module__}.{kind.__qualname__}"
+    config = getattr(model, "config", None)
+    to_dict = getattr(config, "to_dict", None)
+    if callable(to_dict):
+        try:
+            text = json.dumps(to_dict(), sort_keys=True, default=str)
+            label += f"@config-sha256:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        except Exception:  # noqa: BLE001 - a configuration that does not serialise: class only
+            pass
+    return label

@@ -7,7 +7,7 @@ import math
 import sys
 
 from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
-from whatif_bench.cli_types import MAX_WAIT_S, seed_int
+from whatif_bench.cli_types import MAX_WAIT_S, bounded_int, seed_int
 
 
 def fraction(text: str) -> float:
@@ -32,6 +32,10 @@ BASELINE_NAMES = (
     "tuned-ridge",
     "tuned-xgboost",
 )
+# The foundation-model adapters' names (evaluation/foundation ADAPTERS, checked against it by
+# tests/test_forecasters.py) and the LLM answers' prefix, for --help without importing them.
+ADAPTER_NAMES = ("chronos2", "timesfm", "tabpfn-ts")
+LLM_PREFIX = "llm"
 
 
 def add_arguments(subparsers) -> None:
@@ -41,7 +45,23 @@ def add_arguments(subparsers) -> None:
         "--models",
         default="naive,linear,ridge,xgboost",
         help=f"comma-separated baselines ({', '.join(BASELINE_NAMES)}; docs/METHOD.md, "
-        "section 9), or FILE.py:Class / module:Class for your own (default: %(default)s)",
+        f"section 9); foundation models {', '.join(f'{n}[:MODEL]' for n in ADAPTER_NAMES)} "
+        "(MODEL: a Hugging Face id or a local folder, default the adapter's own; each needs "
+        f"its extra, docs/MODELS.md); {LLM_PREFIX}:RESPONSES_DIR for an LLM's answers from "
+        "whatif llm run; or FILE.py:Class / module:Class for your own (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--device",
+        type=device_name,
+        default="cpu",
+        help="device of the foundation models: cpu, cuda, cuda:N or mps (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--model-batch-size",
+        type=bounded_int(65536),
+        default=64,
+        metavar="N",
+        help="tasks per call of a foundation model (default: %(default)s)",
     )
     parser.add_argument(
         "--out", required=True, help="folder for per-task errors, tables and plots (required)"
@@ -89,6 +109,17 @@ def add_arguments(subparsers) -> None:
     parser.set_defaults(handler=_evaluate)
 
 
+def device_name(text: str) -> str:
+    """``--device``: ``cpu``, ``cuda``, ``cuda:N`` or ``mps`` (the foundation models' devices,
+    as ``evaluation.foundation.common.DEVICES``)."""
+    kind, colon, number = text.partition(":")
+    if kind in ("cpu", "mps") and not colon:
+        return text
+    if kind == "cuda" and (not colon or number.isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"must be cpu, cuda, cuda:N or mps, got {text[:40]!r}")
+
+
 # runner.DEFAULT_MODEL_TIMEOUT_S, without importing the runner (numpy, pandas) for --help;
 # tests/test_model_isolation.py checks they agree
 DEFAULT_MODEL_TIMEOUT_S = 600.0
@@ -112,8 +143,18 @@ def model_timeout(text: str) -> float | None:
     return value
 
 
-def load_model(spec: str, timeout: float | None = DEFAULT_MODEL_TIMEOUT_S):
-    """A baseline name, or ``path/to/file.py:Class`` / ``package.module:Class`` (instantiated).
+def load_model(
+    spec: str,
+    timeout: float | None = DEFAULT_MODEL_TIMEOUT_S,
+    device: str = "cpu",
+    batch_size: int = 64,
+):
+    """A baseline name; a foundation model ``chronos2[:MODEL]`` (any ``ADAPTER_NAMES``, built
+    by ``evaluation.foundation.foundation_model`` on ``device`` with ``batch_size``; nothing is
+    loaded before it predicts); ``llm:RESPONSES_DIR`` (the answers of ``whatif llm run``); or
+    ``path/to/file.py:Class`` / ``package.module:Class`` (instantiated). The part before the
+    first ``:`` is read as an adapter name or ``llm`` first, so a module of yours named like
+    one is given as ``./chronos2.py:Class`` or ``package.chronos2:Class``.
 
     Any failure (unknown name, missing file, a FIFO or a symbolic link loop, import error,
     missing class, a constructor that raises) is one ``ModelError`` naming ``spec``; the module
@@ -124,11 +165,27 @@ def load_model(spec: str, timeout: float | None = DEFAULT_MODEL_TIMEOUT_S):
     from whatif_bench.evaluation.forecasters import BASELINES, ModelError
     from whatif_bench.usercode import describe_exception, load_attribute
 
-    if ":" not in spec:
+    prefix, colon, argument = spec.partition(":")
+    if prefix in ADAPTER_NAMES:
+        if colon and not argument:
+            raise ModelError(f"model {spec!r}: give {prefix}:MODEL or just {prefix}")
+        from whatif_bench.evaluation.foundation import foundation_model
+
+        return foundation_model(
+            prefix, argument or None, device=device, batch_size=batch_size, name=prefix
+        )
+    if prefix == LLM_PREFIX and colon:
+        if not argument:
+            raise ModelError(f"model {spec!r}: give {LLM_PREFIX}:RESPONSES_DIR")
+        from whatif_bench.evaluation.llm_answers import from_spec
+
+        return from_spec(argument)
+    if not colon:
         if spec not in BASELINES:
             raise ModelError(
-                f"unknown model {spec!r}; baselines: {list(BASELINES)}, or give FILE.py:Class "
-                "or module:Class"
+                f"unknown model {spec!r}; baselines: {list(BASELINES)}; foundation models: "
+                f"{', '.join(f'{n}[:MODEL]' for n in ADAPTER_NAMES)}; "
+                f"{LLM_PREFIX}:RESPONSES_DIR; or give FILE.py:Class or module:Class"
             )
         return spec
     where, _, name = spec.rpartition(":")
@@ -176,7 +233,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     check_corpus_file(args.corpus)  # the cause: missing, a folder, a FIFO, a loop, empty
     # checked before importing models or reading tasks; created once the workers are ready
     out = check_out_folder(args.out, args.corpus, create=False)
-    models = [load_model(spec, args.model_timeout) for spec in specs]
+    models = [
+        load_model(spec, args.model_timeout, args.device, args.model_batch_size) for spec in specs
+    ]
     args.interrupt_note = (
         f"finished chunks were kept in {out}/per_task; run the same command again to resume"
     )

@@ -11,6 +11,7 @@ from whatif_bench.evaluation.forecasters import (
     BASELINES,
     Forecast,
     LinearRegression,
+    ModelError,
     Naive,
     RidgeRegression,
     TaskInput,
@@ -463,6 +464,53 @@ def test_every_baseline_is_constructible_by_name():
         assert load_model(name) == name
     with pytest.raises(ValueError, match="unknown model 'prophet'"):
         make_forecaster("prophet")
+
+
+def test_the_help_lists_every_foundation_adapter():
+    from whatif_bench.evaluation.cli import ADAPTER_NAMES
+    from whatif_bench.evaluation.foundation import ADAPTERS
+
+    assert ADAPTER_NAMES == tuple(ADAPTERS)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("prophet", r"unknown model 'prophet'.*chronos2\[:MODEL\], timesfm\[:MODEL\]"),
+        ("chronos2:", "give chronos2:MODEL or just chronos2"),
+        ("timesfm:", "give timesfm:MODEL or just timesfm"),
+        ("llm:", "give llm:RESPONSES_DIR"),
+        ("chronos3:x", "model 'chronos3:x'"),  # read as module:Class, which is not there
+    ],
+)
+def test_a_bad_model_name_says_what_is_valid(spec, message):
+    from whatif_bench.evaluation.cli import load_model
+
+    with pytest.raises(ModelError, match=message):
+        load_model(spec, timeout=None)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"device": "gpu"}, "device must be one of cpu, cuda, mps"),
+        ({"batch_size": 0}, "batch_size must be a whole number >= 1"),
+        ({"batch_size": True}, "batch_size must be a whole number >= 1"),
+        ({"seed": -1}, "seed must be a whole number >= 0"),
+    ],
+)
+def test_foundation_model_options_are_checked_before_anything_loads(options, message):
+    from whatif_bench.evaluation.foundation.common import FoundationForecaster
+
+    with pytest.raises(ModelError, match=message):
+        FoundationForecaster("some/model", **options)
+
+
+def test_an_unknown_foundation_model_lists_the_adapters():
+    from whatif_bench.evaluation.foundation import foundation_model
+
+    with pytest.raises(ModelError, match=r"adapters: \['chronos2', 'timesfm', 'tabpfn-ts'\]"):
+        foundation_model("moirai")
 
 
 def test_task_input_dates_a_task_and_converts_a_zoned_start_to_utc():

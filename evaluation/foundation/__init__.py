@@ -64,17 +64,17 @@ def is_adapter_name(name: str) -> bool:
     return name in ADAPTERS
 
 
-def foundation_model(name: str, model: str | None = None, **options):
-    """The adapter ``name`` (a key of ``ADAPTERS``) on checkpoint ``model`` (a Hugging Face id
-    or a local folder; default: the adapter's ``default_model``), with the adapter's keyword
-    ``options`` (``device``, ``batch_size``, ``seed``, ...). Nothing is loaded until the model
-    first predicts. An unknown name lists the valid ones; a missing library says which extra
-    to install (``ModelError``)."""
+def foundation_model(adapter: str, model: str | None = None, **options):
+    """The adapter named ``adapter`` (a key of ``ADAPTERS``) on checkpoint ``model`` (a Hugging
+    Face id or a local folder; default: the adapter's ``default_model``), with the adapter's
+    keyword ``options`` (``device``, ``batch_size``, ``seed``, ``name``, ...). Nothing is loaded
+    until the model first predicts. An unknown name lists the valid ones; a missing library
+    says which extra to install (``ModelError``)."""
     from whatif_bench.evaluation.forecasters import ModelError
 
-    if name not in ADAPTERS:
-        raise ModelError(f"unknown foundation model {name!r}; adapters: {list(ADAPTERS)}")
-    adapter = ADAPTERS[name]
-    module = importlib.import_module(f"{__name__}.{adapter.module}")
-    factory = getattr(module, adapter.cls)
-    return factory(model or adapter.default_model, **options)
+    if adapter not in ADAPTERS:
+        raise ModelError(f"unknown foundation model {adapter!r}; adapters: {list(ADAPTERS)}")
+    entry = ADAPTERS[adapter]
+    module = importlib.import_module(f"{__name__}.{entry.module}")
+    factory = getattr(module, entry.cls)
+    return factory(model or entry.default_model, **options)

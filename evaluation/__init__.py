@@ -15,6 +15,7 @@ if TYPE_CHECKING:
         BASELINES,
         Forecast,
         Forecaster,
+        NoForecast,
         TaskInput,
         make_forecaster,
     )
@@ -30,6 +31,7 @@ _EXPORTS = {
     "BASELINES": "whatif_bench.evaluation.forecasters",
     "Forecast": "whatif_bench.evaluation.forecasters",
     "Forecaster": "whatif_bench.evaluation.forecasters",
+    "NoForecast": "whatif_bench.evaluation.forecasters",
     "TaskInput": "whatif_bench.evaluation.forecasters",
     "make_forecaster": "whatif_bench.evaluation.forecasters",
     "QUANTILE_LEVELS": "whatif_bench.evaluation.metrics",
@@ -46,6 +48,7 @@ __all__ = [
     "EvaluationResult",
     "Forecast",
     "Forecaster",
+    "NoForecast",
     "TaskInput",
     "evaluate",
     "leaderboard",

@@ -1,4 +1,5 @@
-"""Aggregates (docs/METHOD.md, section 8) as fev computes them (fev 0.10, ``analysis.py``).
+"""Aggregates (docs/METHOD.md, section 8) as fev computes them (fev 0.10, ``analysis.py``),
+with two differences: missing errors, and ties within ``TIE_TOLERANCE``.
 
 - relative error of a model on a task: its error divided by the reference model's, clipped to
   [0.01, 100];
@@ -9,7 +10,17 @@
 Missing errors (NaN: a model failed on a task) are left out pair by pair: a model's skill score
 uses the tasks both it and the reference were scored on; a win rate between two models uses the
 tasks both were scored on (and the reference too), and a model's win rate averages over the
-other models it shares tasks with. Without missing errors this is exactly fev's computation.
+other models it shares tasks with (fev drops, imputes or refuses such tasks instead).
+
+Ties: fev counts a tie only when two relative errors are exactly equal. Two models that make the
+same forecast by different float operations (a sum in another order, float32 against float64
+steps) get errors a few units in the last place apart, and exact equality turns that rounding
+into a win on every task for one of them (0.51 against 0.49 where both should score 0.5). Here
+two relative errors ``a`` and ``b`` tie when ``|a − b| <= TIE_TOLERANCE · max(|a|, |b|)``
+(``ties``). Without missing errors and without relative errors that close (but unequal), this
+is exactly fev's computation. The skill score needs no tolerance: it is a continuous function of
+the errors (a geometric mean of ratios), so rounding of 1e-15 moves it by about as much, far
+below the four decimals reported; only the win rate's comparison jumps at equality.
 """
 
 from __future__ import annotations
@@ -21,6 +32,14 @@ import pandas as pd
 
 MIN_RELATIVE_ERROR = 1e-2
 MAX_RELATIVE_ERROR = 100.0
+
+# Relative tolerance of a tie between two clipped relative errors (``ties``). Rounding of the
+# same forecast computed in two float orders makes errors differ by about H · 2⁻⁵³ relative at
+# most (H <= 864 steps: under 1e-13, and the division by the reference adds an ulp); 1e-9 is
+# four orders of magnitude above that. It is far below any difference that means something: the
+# corpus stores float32 values (a relative precision of 6e-8), so errors closer than 1e-9
+# relative cannot tell two forecasts apart.
+TIE_TOLERANCE = 1e-9
 
 
 def relative_errors(errors: pd.DataFrame, reference: str) -> pd.DataFrame:
@@ -43,14 +62,25 @@ def skill_scores(errors: pd.DataFrame, reference: str) -> pd.Series:
     return pd.Series(1.0 - geometric, index=errors.columns, name="skill_score")
 
 
+def ties(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Where relative errors ``a`` and ``b`` (broadcast together) tie: equal within
+    ``TIE_TOLERANCE`` relative, ``|a − b| <= TIE_TOLERANCE · max(|a|, |b|)``; NaN ties
+    nothing."""
+    return np.abs(a - b) <= TIE_TOLERANCE * np.maximum(np.abs(a), np.abs(b))
+
+
 def win_rates(errors: pd.DataFrame, reference: str) -> pd.Series:
-    """Average share of tasks each model beats each other model on (ties half, self excluded)."""
+    """Average share of tasks each model beats each other model on (ties half, self excluded):
+    a win is a smaller clipped relative error that does not tie (``ties``)."""
     relative = relative_errors(errors, reference).to_numpy(dtype=np.float64)
     a, b = relative[:, :, None], relative[:, None, :]
     both = ~np.isnan(a) & ~np.isnan(b)  # tasks both models were scored on
     shared = both.sum(axis=0)
+    with np.errstate(invalid="ignore"):
+        tied = ties(a, b) & both
+    won = (a < b) & both & ~tied
     with np.errstate(divide="ignore", invalid="ignore"):
-        wins = ((a < b) & both).sum(axis=0) / shared + 0.5 * ((a == b) & both).sum(axis=0) / shared
+        wins = won.sum(axis=0) / shared + 0.5 * tied.sum(axis=0) / shared
     np.fill_diagonal(wins, np.nan)  # a model is not compared with itself
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # no other model shares a task

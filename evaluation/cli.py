@@ -258,6 +258,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(
             f"  {row.model:<14} skill {_number(row.skill_score, '+.4f')}  win rate "
             f"{_number(row.win_rate, '.4f')}  tasks {row.num_tasks:,}  failed {row.num_failed:,}"
+            f"  imputed {row.num_imputed:,}  s/task {_number(row.seconds_per_task, '.3g')}"
         )
     if result.relational is not None:
         histories = result.relational["pair_id"].nunique()
@@ -270,6 +271,8 @@ def _evaluate(args: argparse.Namespace) -> int:
             )
     written = ", relational.parquet" if result.relational is not None else ""
     print(f"wrote {result.out}/leaderboard.md, slices/, plots/, per_task.parquet{written}")
+    for line in result.imputed_summary():  # scored as the model's forecasts: not failures
+        _note(line)
     failing = result.failure_summary()
     for line in failing:
         print(f"warning: {line}", file=sys.stderr)

@@ -9,6 +9,9 @@ To score your own model, implement ``predict``::
         def predict(self, batch: list[TaskInput]) -> list[Forecast]:
             return [Forecast(point=np.full(t.prediction_length, t.history_target.mean()))
                     for t in batch]
+
+A task the model cannot forecast gets ``NoForecast("why")`` in its place: that task fails with
+the reason, the others are scored.
 """
 
 from __future__ import annotations
@@ -67,6 +70,14 @@ class Forecast:
             raise ValueError(
                 f"quantiles must have {len(QUANTILE_LEVELS)} columns (levels {QUANTILE_LEVELS})"
             )
+
+
+@dataclass(frozen=True)
+class NoForecast:
+    """What a model returns, in place of a ``Forecast``, for a task it cannot forecast:
+    that task fails with ``reason`` (in the ``failed`` column), the batch's others are scored."""
+
+    reason: str
 
 
 class Forecaster(Protocol):

@@ -49,11 +49,20 @@ def sliced(per_task: pd.DataFrame, column: str, reference: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+# Number formats of the Markdown tables: scores to 4 decimals, seconds to 3 significant digits
+# (a baseline takes microseconds per task, a foundation model or an LLM seconds)
+FORMATS = {"seconds_per_task": ".3g"}
+
+
 def _markdown(frame: pd.DataFrame) -> str:
     columns = list(frame.columns)
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    specs = [FORMATS.get(str(column), ".4f") for column in columns]
     for row in frame.itertuples(index=False):
-        cells = [f"{v:.4f}" if isinstance(v, float) else str(v) for v in row]
+        cells = [
+            format(v, spec) if isinstance(v, float) else str(v)
+            for v, spec in zip(row, specs, strict=True)
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -76,14 +85,22 @@ def write_reports(
 ) -> pd.DataFrame:
     """Write leaderboard.{md,csv}, slices/<axis>.{md,csv} and plots/skill_by_<axis>.png.
 
-    The leaderboard has ``num_tasks`` (tasks each model was scored on) and ``num_failed``
-    (tasks it failed on, left out of its scores; see the ``failed`` column of per_task).
-    With ``relational`` (per-history relational scores, ``evaluate(relational=True)``) it also
-    has each model's relational summary (``relational.summarise``), and every axis that names
-    a history gets ``slices/relational_<axis>.{md,csv}``."""
+    The leaderboard has ``num_tasks`` (tasks each model was scored on), ``num_failed``
+    (tasks it failed on, left out of its scores; see the ``failed`` column of per_task),
+    ``num_imputed`` (tasks whose forecast it marked imputed: scored, among ``num_tasks``) and
+    ``seconds_per_task`` (mean inference seconds over the tasks it forecast, NaN where none was
+    measured; the one column that differs between two runs, ``runner.TIMING_COLUMNS``). The
+    slices have neither, so they are the same bit for bit. With ``relational`` (per-history
+    relational scores, ``evaluate(relational=True)``) it also has each model's relational
+    summary (``relational.summarise``), and every axis that names a history gets
+    ``slices/relational_<axis>.{md,csv}``."""
     board = leaderboard(errors_table(per_task), reference).reset_index(names="model")
     failed = per_task[per_task["failed"] != ""].groupby("model").size()
     board["num_failed"] = board["model"].map(failed).fillna(0).astype(int)
+    imputed = per_task[per_task["imputed"]].groupby("model").size()
+    board["num_imputed"] = board["model"].map(imputed).fillna(0).astype(int)
+    seconds = per_task.groupby("model")["seconds"].mean()  # NaN (failed, not measured) skipped
+    board["seconds_per_task"] = board["model"].map(seconds).astype("float64")
     if relational is not None:
         summary = summarise(relational).set_index("model")
         for column in summary.columns:
@@ -93,7 +110,10 @@ def write_reports(
     text = [
         f"# Leaderboard (reference: {reference}; metric: wQL, point forecasts at the 0.5 level)\n",
         "num_tasks: tasks the model was scored on; num_failed: tasks it failed on (left out of "
-        "its scores; see the failed column of per_task.parquet).\n",
+        "its scores; see the failed column of per_task.parquet); num_imputed: tasks whose "
+        "forecast the model marked as imputed (a stand-in, scored as its own and counted in "
+        "num_tasks); seconds_per_task: mean inference seconds per task it forecast (a "
+        "measurement: the one number that differs between two runs).\n",
         _markdown(board),
     ]
     slice_folder = make_folder(out / "slices")

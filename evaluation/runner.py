@@ -5,7 +5,14 @@ Per-task results are written in chunks of ``CHUNK`` tasks per model under
 evaluation resumes where it stopped. A ``manifest.json`` ties the folder to one corpus and one
 task selection; each model folder's ``model.json`` holds the model's fingerprint, and a model
 whose fingerprint changed has its chunks deleted and recomputed. A chunk that cannot be read
-(truncated, empty) is recomputed, and so is a chunk with failed tasks (a retry).
+(truncated, empty) is recomputed, and so is a chunk with failed tasks (a retry). A chunk of the
+format before per-task timings (no ``seconds`` and ``imputed`` columns) is read, not recomputed:
+its tasks get ``seconds`` NaN (not measured) and ``imputed`` False (that format had no imputed
+forecasts), and a note says so (``_read_chunk``).
+
+Each task's row also holds ``seconds``, the model's inference time for it (``_task_row``), and
+``imputed`` (``Forecast.imputed``). ``seconds`` is a measurement: it is the one output that
+differs between two runs of the same evaluation (``TIMING_COLUMNS``; docs/METHOD.md, section 8).
 
 A model that fails (``predict`` raises, returns None or the wrong number of forecasts, a
 forecast of the wrong shape or with NaN/inf) fails only the tasks concerned: they are kept in
@@ -29,7 +36,8 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -43,6 +51,7 @@ from whatif_bench.errors import WhatIfError
 from whatif_bench.evaluation.forecasters import (
     Forecaster,
     ModelError,
+    NoForecast,
     TaskInput,
     fingerprint,
     make_forecaster,
@@ -79,6 +88,17 @@ if TYPE_CHECKING:
 
 CHUNK = 256
 STRATA = strata()  # import-time copy, for callers; select_tasks reads ``strata()``
+
+# Measured, not computed: the only columns of the outputs that differ between two runs of the
+# same evaluation (per_task.parquet's ``seconds``, leaderboard.{md,csv}'s ``seconds_per_task``).
+# Everything else is the same bit for bit; ``without_timings`` drops them for a comparison.
+TIMING_COLUMNS = ("seconds", "seconds_per_task")
+
+
+def without_timings(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the measured columns (``TIMING_COLUMNS``), which two runs of the same
+    evaluation cannot reproduce; what is left is reproducible bit for bit."""
+    return frame.drop(columns=[c for c in TIMING_COLUMNS if c in frame.columns])
 
 
 class EvaluationError(WhatIfError):
@@ -128,6 +148,20 @@ class EvaluationResult:
                 )
         return lines
 
+    def imputed_summary(self) -> list[str]:
+        """One line per model with imputed forecasts (``Forecast.imputed``): count and first
+        task. Imputed tasks are scored as the model's forecasts; they are not failures."""
+        lines = []
+        total = self.per_task["task_id"].nunique()
+        imputed = self.per_task[self.per_task["imputed"]]
+        for model, rows in imputed.groupby("model", sort=False):
+            lines.append(
+                f"model {model!r} imputed {len(rows):,} of {total:,} forecasts (first: "
+                f"{rows.iloc[0]['task_id']}); they are scored as its own (num_imputed in the "
+                "leaderboard)"
+            )
+        return lines
+
 
 def select_tasks(frame: pd.DataFrame, subset: float | None, seed: int = 0) -> pd.DataFrame:
     """All tasks, or a stratified sample: ``ceil(fraction x n)`` of the tasks of every combination
@@ -143,6 +177,48 @@ def select_tasks(frame: pd.DataFrame, subset: float | None, seed: int = 0) -> pd
         n = math.ceil(subset * len(group))
         keep.extend(sorted(rng.choice(group.index.to_numpy(), size=n, replace=False).tolist()))
     return frame.loc[sorted(keep)].reset_index(drop=True)
+
+
+def check_task_ids(task_ids: Sequence[str] | None, subset: float | None) -> list[str] | None:
+    """``evaluate``'s ``task_ids`` as a list (None: no restriction), or an ``EvaluationError``:
+    not a collection of strings (a bare string is refused), empty, with repeats, or given
+    together with ``subset``."""
+    if task_ids is None:
+        return None
+    if isinstance(task_ids, str | bytes | dict) or not isinstance(task_ids, Iterable):
+        raise EvaluationError(
+            f"task_ids must be a list of task ids, got a {type(task_ids).__name__}"
+        )
+    ids = list(task_ids)  # a list, tuple, array or Series of ids: the order does not matter
+    if subset is not None:
+        raise EvaluationError(
+            f"give subset ({subset!r}) or task_ids ({len(ids):,} ids), not both: task_ids "
+            "selects exactly the tasks to score"
+        )
+    if not ids:
+        raise EvaluationError("task_ids is empty; give at least one task id (None: all tasks)")
+    wrong = [i for i in ids if not isinstance(i, str)]
+    if wrong:
+        raise EvaluationError(f"task_ids must be strings, got {_one_line(repr(wrong[0]), 80)}")
+    repeated = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) < len(ids) else []
+    if repeated:
+        raise EvaluationError(f"task_ids lists {repeated[:5]} more than once")
+    return ids
+
+
+def tasks_with_ids(frame: pd.DataFrame, task_ids: list[str], corpus: object) -> pd.DataFrame:
+    """The rows of ``frame`` (the corpus's tasks) with these ids, in the corpus's order (so the
+    chunks do not depend on the order given); an id the corpus does not hold is an
+    ``EvaluationError`` naming it (``corpus``: the file, for the message)."""
+    known = frame["task_id"].isin(task_ids)
+    missing = sorted(set(task_ids) - set(frame.loc[known, "task_id"]))
+    if missing:
+        more = f" (and {len(missing) - 1:,} more of the {len(task_ids):,} given)"
+        raise EvaluationError(
+            f"{corpus} holds no task {missing[0]!r}{more if len(missing) > 1 else ''}; "
+            "task_ids must name tasks of the corpus evaluated (kept pairs only)"
+        )
+    return frame[known].reset_index(drop=True)
 
 
 @functools.lru_cache(maxsize=1)
@@ -207,8 +283,28 @@ def _one_line(text: object, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _predict(forecaster, inputs: list[TaskInput]) -> list | str:
-    """The model's forecasts, or the reason they are unusable as a whole (in this process)."""
+@dataclass
+class _Predicted:
+    """A model's forecasts of a batch and the wall time of its predict call (s), measured in
+    the process that ran it (``_predict``)."""
+
+    forecasts: list
+    seconds: float
+
+    @property
+    def share(self) -> float:
+        """The wall time's share of one task (s): the time of a task whose forecast does not
+        give its own ``seconds``."""
+        return self.seconds / max(len(self.forecasts), 1)
+
+
+def _predict(forecaster, inputs: list[TaskInput]) -> _Predicted | str:
+    """The model's forecasts, or the reason they are unusable as a whole (in this process).
+
+    The wall time (``time.perf_counter``) covers ``predict`` and the reading of what it
+    returns (a generator does its work then), nothing else: in a model's child process it is
+    measured there, so the fork and the sending back are not charged to the model."""
+    started = time.perf_counter()
     try:
         forecasts = forecaster.predict(inputs)
     except Exception as exc:  # a model's own bug fails its tasks, not the evaluation
@@ -221,9 +317,12 @@ def _predict(forecaster, inputs: list[TaskInput]) -> list | str:
         forecasts = list(forecasts)
     except TypeError:
         return f"predict returned a {type(forecasts).__name__}, not a list of forecasts"
+    except Exception as exc:  # a generator that raises while it is read
+        return _one_line(f"reading predict's forecasts raised {type(exc).__name__}: {exc}")
+    seconds = time.perf_counter() - started
     if len(forecasts) != len(inputs):
         return f"predict returned {len(forecasts)} forecasts for {len(inputs)} tasks"
-    return forecasts
+    return _Predicted(forecasts, seconds)
 
 
 DEFAULT_MODEL_TIMEOUT_S = 600.0  # per batch of tasks (a chunk): see ``evaluate``
@@ -242,15 +341,38 @@ class _NotNumeric:
     says so, as for the forecast itself)."""
 
 
+def _forecast_extras(forecast) -> tuple[bool, float | None] | str:
+    """A forecast's ``imputed`` flag and its own ``seconds`` (None: not given), as
+    ``Forecast`` defines them (absent: False and None), or why they are unusable: ``imputed``
+    must be a bool, ``seconds`` None or a finite number >= 0."""
+    imputed = getattr(forecast, "imputed", False)
+    seconds = getattr(forecast, "seconds", None)
+    if not isinstance(imputed, bool | np.bool_):
+        return _one_line(f"the forecast's imputed must be True or False, got {imputed!r}", 160)
+    if seconds is not None and (
+        isinstance(seconds, bool | np.bool_)
+        or not isinstance(seconds, int | float | np.integer | np.floating)
+        or not math.isfinite(seconds)
+        or seconds < 0
+    ):
+        return _one_line(
+            f"the forecast's seconds must be a finite number >= 0 (or None), got {seconds!r}", 160
+        )
+    return bool(imputed), None if seconds is None else float(seconds)
+
+
 def _portable(forecast):
-    """A forecast as plain arrays that can be pickled back to the evaluation (a model's own
-    classes cannot: its module is not importable by name), or why it is unusable."""
+    """A forecast as plain arrays (and its ``imputed`` and ``seconds``, checked by
+    ``_forecast_extras``) that can be pickled back to the evaluation (a model's own classes
+    cannot: its module is not importable by name), or why it is unusable."""
     if forecast is None:
         return None
+    if isinstance(forecast, NoForecast):
+        return _Unusable(_one_line(f"the model gave no forecast: {forecast.reason}"))
     try:
         if not hasattr(forecast, "point") and not hasattr(forecast, "quantiles"):
             return _Unusable(f"forecast is a {type(forecast).__name__}, not a Forecast")
-        fields = {}
+        fields: dict[str, Any] = {}
         for name in ("point", "quantiles"):
             value = getattr(forecast, name, None)
             if value is not None:
@@ -259,8 +381,12 @@ def _portable(forecast):
                 except (TypeError, ValueError):
                     value = _NotNumeric()
             fields[name] = value
+        extras = _forecast_extras(forecast)
     except Exception as exc:  # a property of the model's own class that raises
         return _Unusable(_one_line(f"reading the forecast raised {type(exc).__name__}: {exc}"))
+    if isinstance(extras, str):
+        return _Unusable(extras)
+    fields["imputed"], fields["seconds"] = extras
     return SimpleNamespace(**fields)
 
 
@@ -277,7 +403,7 @@ def _exit_reason(status: int) -> str:
     return f"predict ended the model's process (exit status {code}; os._exit?)"
 
 
-def _predict_in_child(forecaster, inputs: list[TaskInput], timeout: float) -> list | str:
+def _predict_in_child(forecaster, inputs: list[TaskInput], timeout: float) -> _Predicted | str:
     """``_predict`` in a forked child process, stopped (killed) after ``timeout`` seconds
     (``usercode.run_in_child``).
 
@@ -294,10 +420,12 @@ def _predict_in_child(forecaster, inputs: list[TaskInput], timeout: float) -> li
     return _one_line(f"the forecasts cannot be sent back: {result.unsent}")
 
 
-def _portable_predict(forecaster, inputs: list[TaskInput]) -> list | str:
+def _portable_predict(forecaster, inputs: list[TaskInput]) -> _Predicted | str:
     """``_predict``, with the forecasts as plain arrays (``_portable``)."""
     result = _predict(forecaster, inputs)
-    return result if isinstance(result, str) else [_portable(forecast) for forecast in result]
+    if isinstance(result, str):
+        return result
+    return _Predicted([_portable(forecast) for forecast in result.forecasts], result.seconds)
 
 
 def _isolated(model: Forecaster | str, timeout: float | None) -> bool:
@@ -324,7 +452,7 @@ def _model_forecasts(
     inputs: list[TaskInput],
     timeout: float | None,
     given_up: dict[str, str] | None,
-) -> list | str:
+) -> _Predicted | str:
     """One model's forecasts of a batch (or why none): read-only inputs; the model's own
     process with a time limit (``_isolated``); a model that ran out of time on an earlier
     batch (``given_up``: label -> reason) is not called again."""
@@ -335,8 +463,27 @@ def _model_forecasts(
     batch = _read_only(inputs)
     if _isolated(model, timeout):
         assert timeout is not None
+        loading = _load_before_fork(forecaster)
+        if loading:
+            return loading
         return _predict_in_child(forecaster, batch, timeout)
     return _predict(forecaster, batch)
+
+
+def _load_before_fork(forecaster) -> str:
+    """Load a foundation model's weights in this process before its batch is forked (so
+    every batch's child inherits them instead of loading the checkpoint again); the reason
+    when loading fails (its tasks of this batch fail), else ``""``. Only the toolkit's own
+    adapters are loaded here: a user's model code runs in the child alone."""
+    from whatif_bench.evaluation.foundation.common import FoundationForecaster
+
+    if not isinstance(forecaster, FoundationForecaster):
+        return ""
+    try:
+        forecaster.loaded()
+    except Exception as exc:
+        return _one_line(f"loading the model raised {type(exc).__name__}: {exc}")
+    return ""
 
 
 def _fatal(reason: str) -> bool:
@@ -373,6 +520,8 @@ def _forecast_arrays(forecast, horizon: int) -> dict[str, np.ndarray] | str:
         return "forecast is None"
     if isinstance(forecast, _Unusable):
         return forecast.reason
+    if isinstance(forecast, NoForecast):
+        return _one_line(f"the model gave no forecast: {forecast.reason}")
     if not hasattr(forecast, "point") and not hasattr(forecast, "quantiles"):
         return f"forecast is a {type(forecast).__name__}, not a Forecast"
     arrays = {}
@@ -460,7 +609,8 @@ def _score_chunk(
     """Forecast and score one chunk of tasks with several models, reading from this process's
     open corpus only what the models see and the truth the metrics need.
 
-    Each frame has task_id, model, wql, wape and failed (the reason, empty when scored)."""
+    Each frame has ``CHUNK_COLUMNS``: task_id, model, wql, wape, failed (the reason, empty when
+    scored), seconds and imputed (``_task_row``)."""
     corpus, units, _ = _corpus_reader(corpus_path, identity)
     return _score_tasks(
         corpus.task_inputs(task_ids, units),
@@ -484,26 +634,55 @@ def _score_tasks(
     ids = [given.task_id for given in inputs]
     frames = []
     for model in models:
-        forecasts = _model_forecasts(model, inputs, timeout, given_up)  # copies of the list
-        rows = []
-        for index, (task_id, truth) in enumerate(zip(ids, truths, strict=True)):
-            result: dict[str, float] | str | None = (
-                forecasts if isinstance(forecasts, str) else None
-            )
-            if result is None:
-                try:
-                    result = _score_forecast(truth.astype(np.float64), forecasts[index])
-                except Exception as exc:
-                    result = _one_line(f"scoring raised {type(exc).__name__}: {exc}")
-            failed = result if isinstance(result, str) else ""
-            metrics = result if isinstance(result, dict) else {"wql": np.nan, "wape": np.nan}
-            label = _model_label(model)
-            rows.append({"task_id": task_id, "model": label, **metrics, "failed": failed})
-        frames.append(pd.DataFrame(rows, columns=CHUNK_COLUMNS))
+        predicted = _model_forecasts(model, inputs, timeout, given_up)  # copies of the list
+        label = _model_label(model)
+        rows = [
+            {"task_id": task_id, "model": label, **_task_row(truth, predicted, index)}
+            for index, (task_id, truth) in enumerate(zip(ids, truths, strict=True))
+        ]
+        frames.append(_chunk_frame(rows))
     return frames
 
 
-CHUNK_COLUMNS = ["task_id", "model", "wql", "wape", "failed"]
+def _task_row(truth: np.ndarray, predicted: _Predicted | str, index: int) -> dict[str, Any]:
+    """The result of forecast ``index`` of a batch: wql, wape, failed, seconds and imputed.
+
+    ``seconds`` is the forecast's own ``seconds`` when it gives one, else the predict call's
+    share per task (``_Predicted.share``); a failed task (the batch, the forecast, its
+    ``imputed`` or ``seconds`` unusable) has NaN errors and seconds and ``imputed`` False."""
+    if isinstance(predicted, str):
+        return {**FAILED_VALUES, "failed": predicted}
+    forecast = predicted.forecasts[index]
+    try:
+        metrics = _score_forecast(truth.astype(np.float64), forecast)
+        extras = metrics if isinstance(metrics, str) else _forecast_extras(forecast)
+    except Exception as exc:
+        extras = _one_line(f"scoring raised {type(exc).__name__}: {exc}")
+    if isinstance(extras, str):
+        return {**FAILED_VALUES, "failed": extras}
+    assert isinstance(metrics, dict)
+    imputed, seconds = extras
+    own = predicted.share if seconds is None else seconds
+    return {**metrics, "failed": "", "seconds": own, "imputed": imputed}
+
+
+def _chunk_frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows of ``CHUNK_COLUMNS`` as a chunk's frame, with its column types (``imputed`` bool,
+    the numbers float64)."""
+    frame = pd.DataFrame(rows, columns=CHUNK_COLUMNS)
+    return frame.astype({"wql": "float64", "wape": "float64", "seconds": "float64"}).astype(
+        {"imputed": bool}
+    )
+
+
+# A chunk of tasks: the errors, why the task failed (empty: scored), the model's inference
+# seconds of it (a measurement; NaN when failed) and whether its forecast was imputed.
+CHUNK_COLUMNS = ["task_id", "model", "wql", "wape", "failed", "seconds", "imputed"]
+# A chunk written before the per-task timings: read, with ``LEGACY_FILL`` (``_read_chunk``)
+LEGACY_CHUNK_COLUMNS = CHUNK_COLUMNS[:5]
+LEGACY_FILL = {"seconds": np.nan, "imputed": False}
+# What a task that failed holds, but for the reason in ``failed``
+FAILED_VALUES = {"wql": np.nan, "wape": np.nan, "seconds": np.nan, "imputed": False}
 RELATIONAL_COLUMNS = ["pair_id", "model", *SCORE_COLUMNS, "failed"]
 RELATIONAL_CHUNK = CHUNK // 2  # histories per relational chunk: three inputs each
 
@@ -570,7 +749,8 @@ def _relational_tasks(
     futures = (*EVENT_FUTURES, RESTRAINT)
     frames = []
     for model in models:
-        forecasts = _model_forecasts(model, inputs, timeout, given_up)
+        predicted = _model_forecasts(model, inputs, timeout, given_up)
+        forecasts = predicted if isinstance(predicted, str) else predicted.forecasts
         rows = []
         for index, truth in enumerate(truths):
             failed = forecasts if isinstance(forecasts, str) else ""
@@ -600,26 +780,32 @@ def _write_chunk(frame: pd.DataFrame, path: Path) -> None:
 
 def _read_chunk(
     path: Path, ids: list[str], label: str, columns: list[str] = CHUNK_COLUMNS
-) -> tuple[pd.DataFrame | None, str | None]:
-    """A chunk on disk if it is complete and clean; else None (recompute) and why, if notable.
+) -> tuple[pd.DataFrame | None, str | None, bool]:
+    """A chunk on disk if it is complete and clean; else None (recompute) and why, if notable;
+    and whether it is of the format before per-task timings (``LEGACY_CHUNK_COLUMNS``).
 
     ``columns``: ``CHUNK_COLUMNS`` (a chunk of tasks, ``ids`` its task ids) or
-    ``RELATIONAL_COLUMNS`` (a chunk of histories, ``ids`` their pair ids)."""
+    ``RELATIONAL_COLUMNS`` (a chunk of histories, ``ids`` their pair ids). A chunk of tasks of
+    the older format is read, with ``seconds`` NaN (not measured) and ``imputed`` False (no
+    forecast could be marked imputed then): its scores are the same as a new run's."""
     if not path.exists():
-        return None, None
+        return None, None, False
     try:
         frame = pd.read_parquet(path)
     except Exception as exc:  # truncated, empty or not parquet at all
-        return None, f"{path}: unreadable ({_one_line(exc, 120)}); recomputing it"
+        return None, f"{path}: unreadable ({_one_line(exc, 120)}); recomputing it", False
+    legacy = columns == CHUNK_COLUMNS and list(frame.columns) == LEGACY_CHUNK_COLUMNS
+    if legacy:
+        frame = frame.assign(**LEGACY_FILL).astype({"seconds": "float64", "imputed": bool})
     if (
         list(frame.columns) != columns
         or frame[columns[0]].tolist() != ids
         or set(frame["model"]) != {label}
     ):
-        return None, f"{path}: does not hold this chunk's results; recomputing it"
+        return None, f"{path}: does not hold this chunk's results; recomputing it", False
     if (frame["failed"] != "").any():
-        return None, None  # failed tasks are retried
-    return frame, None
+        return None, None, False  # failed tasks are retried
+    return frame, None, legacy
 
 
 def _saved_and_pending(
@@ -635,18 +821,27 @@ def _saved_and_pending(
     ``path_of(label, index)`` is a chunk's file; ``note`` receives why a saved chunk is redone."""
     done: dict[tuple[str, int], pd.DataFrame] = {}
     todo = []
+    legacy: dict[str, int] = {}  # label -> chunks of the format before per-task timings
     for index, chunk in enumerate(chunks):
         pending = []
         for model, label in zip(models, labels, strict=True):
-            frame, why = _read_chunk(path_of(label, index), chunk, label, columns)
+            frame, why, old = _read_chunk(path_of(label, index), chunk, label, columns)
             if why:
                 note(why)
             if frame is None:
                 pending.append((model, label))
             else:
                 done[label, index] = frame
+                legacy[label] = legacy.get(label, 0) + old
         if pending:
             todo.append((index, chunk, pending))
+    for label, count in legacy.items():
+        if count:
+            note(
+                f"model {label!r}: {count:,} saved chunk(s) in {path_of(label, 0).parent} "
+                "predate per-task timings; their tasks are kept with seconds NaN (left out of "
+                "seconds_per_task) and imputed False"
+            )
     return done, todo
 
 
@@ -691,7 +886,11 @@ class _Pass:
 
 def _failed_frame(ids: list[str], label: str, reason: str, columns: list[str]) -> pd.DataFrame:
     """A model's frame of a chunk in which every task (history) of ``ids`` failed with
-    ``reason``: NaN scores, as ``_score_tasks`` and ``_relational_tasks`` write them."""
+    ``reason``: NaN scores (and a task's ``FAILED_VALUES``), as ``_score_tasks`` and
+    ``_relational_tasks`` write them."""
+    if columns == CHUNK_COLUMNS:
+        rows = [{"task_id": i, "model": label, **FAILED_VALUES, "failed": reason} for i in ids]
+        return _chunk_frame(rows)
     scores = dict.fromkeys(columns[2:-1], np.nan)
     rows = [{columns[0]: i, "model": label, **scores, "failed": reason} for i in ids]
     return pd.DataFrame(rows, columns=columns)
@@ -951,8 +1150,23 @@ def evaluate(
     cluster=None,
     relational: bool = False,
     model_timeout: float | None = DEFAULT_MODEL_TIMEOUT_S,
+    task_ids: Sequence[str] | None = None,
 ) -> EvaluationResult:
-    """Score every model on the corpus (or a stratified subset) and write the reports to ``out``.
+    """Score every model on the corpus (or a stratified subset, or the tasks ``task_ids``) and
+    write the reports to ``out``.
+
+    ``task_ids`` restricts the evaluation to exactly these tasks of the corpus (scored in the
+    corpus's order, whatever the order given), instead of ``subset``: giving both, an empty
+    list, repeats or an id the corpus does not hold (a dropped pair's, another corpus's) is an
+    ``EvaluationError`` naming it. The manifest of ``out`` records the selection (its tasks'
+    hash), so a folder is resumed only by the same selection.
+
+    Each task's row holds the model's inference ``seconds`` and whether its forecast is
+    ``imputed`` (``Forecast``); the leaderboard has their summaries ``seconds_per_task`` and
+    ``num_imputed`` next to ``num_tasks`` and ``num_failed``. An imputed forecast is scored as
+    the model's own: it is not a failure. ``seconds`` is measured, so it differs from run to
+    run; every other output is the same bit for bit for the same corpus, models and options
+    (``TIMING_COLUMNS``).
 
     ``log`` receives notes as they happen (a changed model or an unreadable chunk recomputed);
     they are also in ``result.notes``. Model failures do not raise: see ``result.failures``.
@@ -1009,6 +1223,7 @@ def evaluate(
         raise EvaluationError(
             f"the reference model {reference!r} must be one of the models {labels}"
         )
+    ids = check_task_ids(task_ids, subset)
     check_out_folder(out, corpus_path, create=False)
     with open_pool(jobs, cluster) as pool:
         return _run_evaluation(
@@ -1024,6 +1239,7 @@ def evaluate(
             log,
             relational,
             model_timeout,
+            ids,
         )
 
 
@@ -1040,6 +1256,7 @@ def _run_evaluation(
     log,
     relational,
     timeout=None,
+    task_ids=None,
 ) -> EvaluationResult:
     """``evaluate`` once the models are checked and the pool is ready."""
     from tqdm import tqdm
@@ -1067,7 +1284,10 @@ def _run_evaluation(
         frame, attrs = corpus.tasks_frame(), corpus.attrs
         if frame.empty:
             raise EvaluationError(f"{corpus_path} holds no tasks")
-        tasks = select_tasks(frame, subset, seed)
+        if task_ids is None:
+            tasks = select_tasks(frame, subset, seed)
+        else:
+            tasks = tasks_with_ids(frame, task_ids, corpus_path)
         if subset is not None and log is not None:
             log(  # said, but not a note of the result: nothing went wrong
                 f"--subset {subset:g} selects {len(tasks):,} of {len(frame):,} tasks "

@@ -9,7 +9,7 @@ An LLM answers a task with one block per target, tagged with the target's dummy 
 
 ``parse_response`` turns such an answer into arrays (or a reason why it cannot), never raising;
 ``forecast_with_retries`` asks again after a failure, with a growing wait, and imputes the naive
-forecast (the last history value) when no answer parses.
+forecast (the last history value) when no answer parses; a ``FatalModelError`` is not retried.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+from whatif_bench.errors import WhatIfError
 
 FILES = ("past_covariates.csv", "past_target.csv", "future_timestamps.csv", "future_covariates.csv")
 
@@ -293,6 +295,12 @@ class RetryResult:
         return self.values[0]
 
 
+class FatalModelError(WhatIfError):
+    """A model call that must not be retried: asking again cannot help (a refused key, a bad
+    request, a bug in the client). ``forecast_with_retries`` re-raises it at once; ``whatif
+    llm run`` stops the whole run with it."""
+
+
 def forecast_with_retries(
     ask: Callable[[str], str],
     prompt: str,
@@ -305,10 +313,13 @@ def forecast_with_retries(
 ) -> RetryResult:
     """Ask up to ``max_attempts`` times until the answer parses; else impute the naive forecast.
 
-    A call to ``ask`` that raises (an API error) counts as a failed attempt like an unparseable
-    answer. Between attempts ``sleep(wait(n))`` is called, ``n`` the failed attempt's number;
-    there is no wait after the last attempt. ``history_last_value`` is one value per variable
-    (or a single value for a single variable): the naive forecast repeats it.
+    A call to ``ask`` that raises an ``Exception`` (a timeout, a rate limit, a server error)
+    counts as a failed attempt like an unparseable answer, except ``FatalModelError``, which
+    is re-raised at once, without another attempt: raise it from ``ask`` for failures that
+    asking again cannot mend (HTTP 401/403/400, a bug in your client). Between attempts
+    ``sleep(wait(n))`` is called, ``n`` the failed attempt's number; there is no wait after the
+    last attempt. ``history_last_value`` is one value per variable (or a single value for a
+    single variable): the naive forecast repeats it.
     """
     if max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
@@ -321,7 +332,9 @@ def forecast_with_retries(
     for attempt in range(1, max_attempts + 1):
         try:
             answer = ask(prompt)
-        except Exception as exc:  # noqa: BLE001 - any failure of the model call is retried
+        except FatalModelError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any other failure of the call is retried
             reasons.append(f"ask failed: {type(exc).__name__}: {exc}")
         else:
             parsed = parse_response(answer, timestamps, variables)

@@ -4,13 +4,17 @@ Written with pyarrow directly (one ``ParquetWriter`` per file, one row group per
 tasks, zstd), not with ``datasets.Dataset.to_parquet``, which leaves nested list columns
 uncompressed. Files go under ``data/`` (``tasks-00000.parquet``, ...; a new file every
 ``ROWS_PER_FILE`` rows); ``README.md`` is the dataset card: a YAML header Hugging Face reads
-(``configs`` with ``data_files``, ``dataset_info.features``) and a body with the axes, counts,
-provenance hashes and the source of each baseline.
+(``configs`` with ``data_files`` as the one split ``SPLIT``, ``dataset_info.features``) and a
+body with the axes, counts, provenance hashes and the source of each baseline.
+
+Every column is a string, an integer or a float32 list, so ``datasets``' torch format
+(``with_format("torch")``) takes whole rows: ``start`` is ISO 8601 text, as the items of
+``whatif_bench.stream`` carry it (a timestamp column would not convert to a tensor), and
+``whatif_bench.stream.collate_tasks`` batches the rows. ``CARD_EXAMPLE`` is the card's snippet.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +26,7 @@ import pandas as pd
 ROWS_PER_FILE = 8192  # a new file every this many rows (a few hundred MB at most)
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 3
-SPLIT = "test"
+SPLIT = "test"  # the one split: the card's configs and splits, and CARD_EXAMPLE
 
 # (column, Hugging Face feature in the card's YAML), in column order
 SCALARS = (
@@ -38,7 +42,7 @@ SCALARS = (
     ("context_length", "int32"),
     ("prediction_length", "int32"),
     ("interval_s", "int64"),
-    ("start", "timestamp[ms]"),
+    ("start", "string"),  # ISO 8601, as stream items' ``start`` (stream.items.start_text)
     ("target_unit", "string"),
 )
 SERIES = ("history_target", "future_target", "counterfactual_future")
@@ -81,7 +85,6 @@ def schema():
         "string": pa.string(),
         "int32": pa.int32(),
         "int64": pa.int64(),
-        "timestamp[ms]": pa.timestamp("ms"),
     }
     fields = [pa.field(name, types[kind]) for name, kind in SCALARS]
     fields.append(pa.field("covariates", pa.list_(pa.string())))
@@ -116,21 +119,6 @@ def features_yaml() -> str:
     return "\n".join(lines)
 
 
-def _start(task) -> np.datetime64:
-    """``task.timestamps()[0]``, without building the whole window's index."""
-    first = _baseline_start(task.baseline_start) + pd.Timedelta(
-        seconds=task.start_step * task.interval_s
-    )
-    if first.tzinfo is not None:
-        first = first.tz_convert("UTC").tz_localize(None)
-    return np.datetime64(first.to_datetime64(), "ms")
-
-
-@functools.lru_cache(maxsize=256)
-def _baseline_start(text: str) -> pd.Timestamp:
-    return pd.Timestamp(text)
-
-
 def _list(arrays: list[np.ndarray]):
     """A list<float32> column from 1-D arrays."""
     import pyarrow as pa
@@ -159,6 +147,8 @@ def table(tasks: list, descriptions: Sequence[str | None] | None = None):
     task, ``generator.describe``) fill the ``description`` column (null without them)."""
     import pyarrow as pa
 
+    from whatif_bench.stream.items import start_text  # Task.start.isoformat(), but faster
+
     columns: dict[str, Any] = {
         "task_id": [t.task_id for t in tasks],
         "pair_id": [t.task_id.rpartition("/")[0] for t in tasks],
@@ -172,7 +162,7 @@ def table(tasks: list, descriptions: Sequence[str | None] | None = None):
         "context_length": [t.context_length for t in tasks],
         "prediction_length": [t.prediction_length for t in tasks],
         "interval_s": [t.interval_s for t in tasks],
-        "start": np.array([_start(t) for t in tasks], dtype="datetime64[ms]"),
+        "start": [start_text(t.baseline_start, t.start_step * t.interval_s) for t in tasks],
         "target_unit": [t.units[t.target] for t in tasks],
         "covariates": [list(t.covariates) for t in tasks],
     }
@@ -258,6 +248,21 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
     }
 
 
+CARD_EXAMPLE = f"""from datasets import load_dataset
+
+tasks = load_dataset("parquet", data_files={{"{SPLIT}": "data/tasks-*.parquet"}}, split="{SPLIT}")
+row = tasks.with_format("torch")[0]
+row["history_covariates"]  # (K, C) float32 tensor; row["k"] is an int64 tensor
+
+from torch.utils.data import DataLoader
+from whatif_bench.stream import collate_tasks
+
+loader = DataLoader(tasks.with_format("torch"), batch_size=8, collate_fn=collate_tasks)
+batch = next(iter(loader))
+batch["history_target"], batch["history_mask"]  # (B, C_max) float32 / bool
+"""
+
+
 def _table(frame: pd.DataFrame) -> str:
     head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
     rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
@@ -323,10 +328,11 @@ the covariates' future under a what-if scenario (`future_covariates`), and the t
 future under that scenario (`future_target`), computed by a simulator-derived relationship.
 `counterfactual_future` is the target's future with no event at all.
 
+Run in this folder (`load_dataset("path/to/this/folder", split="{SPLIT}")` reads the same
+rows through the header above); the last lines need `pip install "whatif-bench[train]"`:
+
 ```python
-from datasets import load_dataset
-tasks = load_dataset("parquet", data_files="data/tasks-*.parquet", split="train")
-```
+{CARD_EXAMPLE}```
 
 ## Columns
 
@@ -336,7 +342,7 @@ tasks = load_dataset("parquet", data_files="data/tasks-*.parquet", split="train"
 | future | `replay` (a history event repeated), `novel` (new factors), `restraint` (nothing moves) |
 | k, c_label, event_length, e_setting | the axes (below) |
 | context_length, prediction_length | the lengths of the history and the future |
-| interval_s, start | step in seconds; first history step: simulator's start + window offset (UTC if zoned) |
+| interval_s, start | step in seconds; first history step, ISO 8601 (simulator start + offset) |
 | target_unit, covariates | the target's unit; the K covariate names (rows of the matrices) |
 | history_target (C) | the target's history |
 | history_covariates (K, C), future_covariates (K, H) | covariate histories and scenario |
@@ -345,7 +351,11 @@ tasks = load_dataset("parquet", data_files="data/tasks-*.parquet", split="train"
 | recipe | JSON: window start, event starts, directions, factors, shapes, base values |
 | description | JSON: events in time and units, relationship, exact per-covariate attribution |
 
-All arrays are float32, exactly as stored in the corpus. `description` follows the schema
+All arrays are float32, exactly as stored in the corpus. With `with_format("torch")` a row's
+arrays are float32 tensors, its integers int64 tensors and its text stays `str`; `start` is
+text (with the baseline's UTC offset when it has one) so that whole rows convert.
+`collate_tasks` pads a list of rows into tensors with masks (its docstring lists the batch's
+keys). `description` follows the schema
 `whatif-task-description/1` (WhatIf-Bench docs/CORPUS_FORMAT.md, "Task descriptions"); it is
 null for a corpus built with user forms modules.
 

@@ -1,14 +1,19 @@
 """PyTorch datasets of tasks: the training stream and the fixed corpus, and a padding collate.
 
 Both datasets are iterable (``IterableDataset``) and shard themselves over DataLoader workers
-*and* distributed ranks: with ``W`` workers per rank and ``R`` ranks, worker ``w`` of rank ``r``
-is shard ``r * W + w`` of ``R * W`` and makes the slots (stream) or tasks (corpus, after an
-optional seeded shuffle) ``shard, shard + R * W, ...``. No task is made twice, and for a given
-seed, worker count and world size every worker's tasks and their order are fixed. A stream
-slot's task depends only on the seed, so the *set* of tasks is the same for any layout.
+*and* distributed ranks, with ``W`` workers per rank and ``R`` ranks. In the stream, worker
+``w`` of rank ``r`` is shard ``r * W + w`` of ``R * W`` and makes the slots ``shard,
+shard + R * W, ...``. The corpus deals by rank first: rank ``r`` has the tasks at places
+``r, r + R, ...`` of the epoch's order (after an optional seeded shuffle), whatever ``W``, and its
+worker ``w`` makes every ``W``-th of those from the ``w``-th (shard ``w * R + r``), so
+``len(CorpusDataset)`` is what the rank's loader yields in an epoch. No task is made twice, and
+for a given seed, worker count and world size every worker's tasks and their order are fixed.
+A stream slot's task depends only on the seed, so the *set* of tasks is the same for any
+layout.
 
 Items are dicts of numpy float32 arrays and metadata (``whatif_bench.stream.items.task_item``);
-``collate_tasks`` pads a batch of them into torch tensors with masks. Needs the ``train`` extra.
+``collate_tasks`` pads a batch of them, or of rows of the parquet export and parquet stream
+shards, into torch tensors with masks. Needs the ``train`` extra.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -140,8 +145,8 @@ class StreamDataset(IterableDataset):
 
 
 class CorpusDataset(IterableDataset):
-    """The tasks of a corpus file (or a filtered view of it) as items, sharded like
-    ``StreamDataset``.
+    """The tasks of a corpus file (or a filtered view of it) as items, sharded over workers and
+    ranks (rank first, module doc).
 
     Parameters
     ----------
@@ -157,6 +162,10 @@ class CorpusDataset(IterableDataset):
         The shuffle's seed; ``None`` draws fresh entropy (``self.seed`` records it).
     rank, world_size : int or None
         As for ``StreamDataset``.
+
+    ``len()`` is the number of tasks this rank makes in one epoch, over all its DataLoader
+    workers together (what ``len(DataLoader)`` counts): ``ceil((n - rank) / world_size)`` of the
+    view's ``n`` tasks, the same for any number of workers, so ranks differ by one task at most.
     """
 
     def __init__(
@@ -199,9 +208,17 @@ class CorpusDataset(IterableDataset):
         sequence = np.random.SeedSequence(self.seed, spawn_key=(SHUFFLE_DOMAIN, self.epoch))
         return np.random.Generator(np.random.PCG64(sequence)).permutation(n)
 
+    def __len__(self) -> int:
+        return len(range(self.rank, len(self.task_ids), self.world_size))
+
+    def positions(self, worker: int = 0, num_workers: int = 1) -> np.ndarray:
+        """(m,) int64: the positions in ``task_ids`` that worker ``worker`` of ``num_workers``
+        of this rank makes this epoch, in order (module doc: rank first, then worker)."""
+        return self.order()[self.rank :: self.world_size][worker::num_workers]
+
     def __iter__(self) -> Iterator[dict]:
-        shard, num_shards = worker_shard(self.rank, self.world_size)
-        positions = self.order()[shard::num_shards]
+        info = get_worker_info()
+        positions = self.positions(*((0, 1) if info is None else (info.id, info.num_workers)))
         with Corpus(self.path) as corpus:
             for position in positions.tolist():
                 task_id = self.task_ids[position]
@@ -215,14 +232,31 @@ class CorpusDataset(IterableDataset):
                 yield task_item(task, position)
 
 
+# what a batch cannot do without: the arrays that are padded and the lengths that shape them
+REQUIRED_ARRAYS = ("history_target", "history_covariates", "future_covariates", "future_target")
+REQUIRED_INTS = ("k", "context_length", "prediction_length")
+ROW_NDIM = {
+    name: 2 if name in COVARIATE_ARRAYS else 1 for name in (*HISTORY_ARRAYS, *FUTURE_ARRAYS)
+}
+
+
 def collate_tasks(
-    items: Sequence[dict],
+    items: Sequence[Mapping],
     *,
     k_max: int | None = None,
     context_max: int | None = None,
     horizon_max: int | None = None,
 ) -> dict:
-    """One batch of B items (``task_item`` dicts with different K, C and H) as padded tensors.
+    """One batch of B items with different K, C and H as padded tensors.
+
+    An item is a ``task_item`` dict (``StreamDataset``, ``CorpusDataset``) or a row of the
+    parquet export or of parquet stream shards, as ``datasets`` yields it (plain lists, or
+    tensors with ``with_format("torch")``) or as ``pyarrow``'s ``Table.to_pylist()`` does.
+    Every item needs ``k``, ``context_length``, ``prediction_length`` and the arrays
+    ``history_target`` (C,), ``history_covariates`` (K, C), ``future_covariates`` (K, H) and
+    ``future_target`` (H,); a batch lacking any is a ``StreamError`` naming them. The other
+    fields are optional: each is in the batch when every item has it and left out when none
+    has (an item with a field the others lack is a ``StreamError``).
 
     Histories are left-padded with zeros so every history's last observed step is at index
     ``C_max - 1``; futures are right-padded so the first forecast step is at index 0; the K
@@ -244,7 +278,14 @@ def collate_tasks(
         (B, C_max), ``future_mask`` (B, H_max) and ``covariate_mask`` (B, K_max), ``True``
         where a value is real; int64 tensors (B,) of the items' ``INT_FIELDS`` (``k``,
         ``context_length``, ``prediction_length``, ...); lists (B,) of their ``TEXT_FIELDS``
-        (``task_id``, ``simulator``, ...).
+        (``task_id``, ``simulator``, ...). That is every key for ``task_item`` dicts. Rows of
+        the parquet export and of parquet stream shards have no ``counterfactual_history``,
+        ``index``, ``start_step``, ``future_index``, ``c_index``, ``e_index``, ``unit`` (their
+        ``target_unit`` is not collated) or ``world``, so their batch has the rest: the arrays
+        but ``counterfactual_history``, the masks, ``k``, ``context_length``,
+        ``prediction_length``, ``event_length``, ``interval_s`` and ``task_id``,
+        ``simulator``, ``target``, ``future``, ``c_label``, ``e_setting``, ``start`` (ISO
+        text), ``covariates``.
     """
     if not items:
         raise StreamError("cannot collate an empty batch")
@@ -257,49 +298,97 @@ def collate_tasks(
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise StreamError(f"{name} must be a positive integer or None, got {value!r}")
-    k_max = max(item["k"] for item in items) if k_max is None else k_max
-    context_max = (
-        max(item["context_length"] for item in items) if context_max is None else context_max
-    )
-    horizon_max = (
-        max(item["prediction_length"] for item in items) if horizon_max is None else horizon_max
-    )
+    _require(items, (*REQUIRED_ARRAYS, *REQUIRED_INTS))
+    arrays = _fields(items, (*HISTORY_ARRAYS, *FUTURE_ARRAYS))
+    ints = _fields(items, INT_FIELDS)
+    texts = _fields(items, TEXT_FIELDS)
+    numbers = {name: [_integer(item[name], name) for item in items] for name in ints}
+    k_max = max(numbers["k"]) if k_max is None else k_max
+    context_max = max(numbers["context_length"]) if context_max is None else context_max
+    horizon_max = max(numbers["prediction_length"]) if horizon_max is None else horizon_max
     size = len(items)
     shapes = {
-        name: (size, *((k_max,) if name in COVARIATE_ARRAYS else ()), context_max)
-        for name in HISTORY_ARRAYS
+        name: (
+            size,
+            *((k_max,) if name in COVARIATE_ARRAYS else ()),
+            context_max if name in HISTORY_ARRAYS else horizon_max,
+        )
+        for name in arrays
     }
-    shapes.update(
-        (name, (size, *((k_max,) if name in COVARIATE_ARRAYS else ()), horizon_max))
-        for name in FUTURE_ARRAYS
-    )
     # one storage per dtype: a worker hands a batch over in 3 shared-memory segments, not 25
     batch = _carve(ITEM_DTYPE, shapes)
-    for name in HISTORY_ARRAYS:
+    for name in arrays:
         out = batch[name].numpy()
+        place = place_history if name in HISTORY_ARRAYS else place_future
         for row, item in enumerate(items):
-            place_history(out[row], item[name])
-    for name in FUTURE_ARRAYS:
-        out = batch[name].numpy()
-        for row, item in enumerate(items):
-            place_future(out[row], item[name])
+            place(out[row], _values(item[name], name))
     masks: dict[str, tuple[int, ...]] = {
         "history_mask": (size, context_max),
         "future_mask": (size, horizon_max),
         "covariate_mask": (size, k_max),
     }
     batch.update(_carve(np.bool_, masks))
-    context = np.minimum([item["context_length"] for item in items], context_max)
+    context = np.minimum(numbers["context_length"], context_max)
     batch["history_mask"].numpy()[...] = np.arange(context_max) >= context_max - context[:, None]
-    horizon = np.asarray([item["prediction_length"] for item in items])
+    horizon = np.asarray(numbers["prediction_length"])
     batch["future_mask"].numpy()[...] = np.arange(horizon_max) < horizon[:, None]
-    k = np.asarray([item["k"] for item in items])
+    k = np.asarray(numbers["k"])
     batch["covariate_mask"].numpy()[...] = np.arange(k_max) < k[:, None]
-    numbers = [[item[name] for item in items] for name in INT_FIELDS]
-    batch.update(zip(INT_FIELDS, torch.tensor(numbers, dtype=torch.int64), strict=True))
-    for name in TEXT_FIELDS:
+    table = torch.tensor([numbers[name] for name in ints], dtype=torch.int64)
+    batch.update(zip(ints, table, strict=True))
+    for name in texts:
         batch[name] = [item[name] for item in items]
     return batch
+
+
+def _require(items: Sequence[Mapping], required: Sequence[str]) -> None:
+    """A ``StreamError`` naming the ``required`` fields the first incomplete item lacks."""
+    for row, item in enumerate(items):
+        lacking = [name for name in required if name not in item]
+        if lacking:
+            raise StreamError(
+                f"cannot collate: item {row} of the batch has no {', '.join(lacking)} (every "
+                f"item needs {', '.join(required)})"
+            )
+
+
+def _fields(items: Sequence[Mapping], names: Sequence[str]) -> list[str]:
+    """The ``names`` every item has, in order; a ``StreamError`` when some items have a field
+    that others lack."""
+    missing = {name: [i for i, item in enumerate(items) if name not in item] for name in names}
+    mixed = [name for name in names if 0 < len(missing[name]) < len(items)]
+    if mixed:
+        raise StreamError(
+            f"cannot collate: some items of the batch have {', '.join(mixed)} and others do "
+            f"not (item {missing[mixed[0]][0]} lacks {mixed[0]}); batch items of one kind"
+        )
+    return [name for name in names if not missing[name]]
+
+
+def _values(value, name: str) -> np.ndarray:
+    """An item's array as numpy float32, shaped as ``ROW_NDIM`` says: a numpy array, a
+    (CPU) tensor, or nested lists as ``datasets`` and ``pyarrow`` give them."""
+    if not (isinstance(value, np.ndarray) and value.dtype == ITEM_DTYPE):
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu().numpy()
+        try:
+            value = np.asarray(value, dtype=ITEM_DTYPE)
+        except (TypeError, ValueError):
+            value = None
+    ndim = ROW_NDIM[name]
+    if value is None or value.ndim != ndim:
+        shape = "(K, T)" if ndim == 2 else "(T,)"
+        raise StreamError(f"cannot collate: {name} is not a {shape} array of numbers")
+    return value
+
+
+def _integer(value, name: str) -> int:
+    """A whole number given as an int, a numpy integer or a one-value integer tensor."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = value.item()
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    raise StreamError(f"cannot collate: {name} must be a whole number, got {value!r}")
 
 
 def _carve(dtype: type, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:

@@ -9,9 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_whatif
-from whatif_bench.evaluation import Forecast, evaluate
-from whatif_bench.evaluation.runner import STRATA, EvaluationError, select_tasks
+from tests.conftest import run_main, run_whatif
+from whatif_bench.evaluation import Forecast, evaluate, runner
+from whatif_bench.evaluation.runner import (
+    STRATA,
+    EvaluationError,
+    select_tasks,
+    without_timings,
+)
 from whatif_bench.generator import Corpus, GenerationConfig, generate
 from whatif_bench.simulators import shipped_baselines_path
 
@@ -96,7 +101,13 @@ def test_an_interrupted_evaluation_resumes_without_recomputing(tmp_path, corpus_
     os.remove(chunks[-1])  # as if the run had stopped before the last chunk
     evaluate(corpus_path, ["naive", "ridge"], out, subset=0.5, progress=False)
     assert chunks[0].stat().st_mtime_ns == kept_time and chunks[-1].exists()
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "per_task.parquet"), before)
+    after = pd.read_parquet(out / "per_task.parquet")
+    # all but the measured seconds bit for bit; the kept chunk's seconds are read back as saved
+    pd.testing.assert_frame_equal(without_timings(after), without_timings(before))
+    kept = pd.read_parquet(chunks[0])
+    assert after.loc[after["model"] == "ridge", "seconds"].iloc[: len(kept)].tolist() == (
+        kept["seconds"].tolist()
+    )
 
 
 def test_a_folder_of_another_evaluation_is_refused(tmp_path, corpus_path):
@@ -226,3 +237,179 @@ def test_a_dict_model_is_scored_through_evaluate(tmp_path, corpus_path):
     table = result.per_task.pivot(index="task_id", columns="model", values="wql")
     assert (result.per_task["failed"] == "").all()
     np.testing.assert_allclose(table["dict-naive"], table["naive"], rtol=1e-12)
+
+
+# Per-task seconds and imputed forecasts; the leaderboard's latency and counts (issue 24).
+
+OWN_MODELS = """\
+import numpy as np
+from whatif_bench.evaluation import Forecast
+
+
+class OwnSeconds:
+    name = "own-seconds"
+
+    def predict(self, batch):
+        return [Forecast(point=np.full(t.prediction_length, float(t.history_target[-1])),
+                         seconds=2.5) for t in batch]
+
+
+class ImputesNovel:
+    '''The naive forecast, marked imputed on the Novel tasks (as an LLM wrapper marks the
+    tasks whose answers all failed).'''
+
+    name = "imputes-novel"
+
+    def predict(self, batch):
+        return [Forecast(point=np.full(t.prediction_length, float(t.history_target[-1])),
+                         imputed=t.task_id.endswith("/novel")) for t in batch]
+"""
+
+LATENCY_COLUMNS = ["num_tasks", "num_failed", "num_imputed", "seconds_per_task"]
+
+
+def test_seconds_and_imputed_reach_per_task_the_leaderboard_and_the_summary(
+    tmp_path, corpus_path, capsys
+):
+    models = tmp_path / "own.py"
+    models.write_text(OWN_MODELS)
+    out = tmp_path / "o"
+    code, stdout, err = run_main(
+        capsys,
+        "evaluate",
+        str(corpus_path),
+        "--models",
+        f"naive,ridge,{models}:OwnSeconds,{models}:ImputesNovel",
+        "--subset",
+        "0.05",
+        "--out",
+        str(out),
+    )
+    assert code == 0, err  # imputed forecasts are not failures
+    per_task = pd.read_parquet(out / "per_task.parquet")
+    assert per_task["imputed"].dtype == bool and per_task["seconds"].dtype == np.float64
+    assert (per_task["failed"] == "").all() and np.isfinite(per_task["wql"]).all()
+    by_model = dict(tuple(per_task.groupby("model")))
+    for baseline in ("naive", "ridge"):  # measured: the predict call's share per task
+        seconds = by_model[baseline]["seconds"]
+        assert (np.isfinite(seconds) & (seconds > 0)).all()
+    assert (by_model["own-seconds"]["seconds"] == 2.5).all()  # the forecast's own, exactly
+    imputing = by_model["imputes-novel"]
+    novel = imputing["task_id"].str.endswith("/novel")
+    assert imputing["imputed"].tolist() == novel.tolist() and novel.any() and not novel.all()
+    assert not per_task.loc[per_task["model"] != "imputes-novel", "imputed"].any()
+    # an imputed forecast is scored as the model's own: here naive's, so the same errors
+    np.testing.assert_array_equal(imputing["wql"], by_model["naive"]["wql"])
+
+    board = pd.read_csv(out / "leaderboard.csv").set_index("model")
+    n_tasks = per_task["task_id"].nunique()
+    assert list(board.columns[:3]) == ["win_rate", "skill_score", "num_tasks"]
+    assert (board["num_tasks"] == n_tasks).all() and (board["num_failed"] == 0).all()
+    imputed = int(novel.sum())
+    assert board["num_imputed"].to_dict() == {
+        "naive": 0, "ridge": 0, "own-seconds": 0, "imputes-novel": imputed
+    }  # fmt: skip
+    assert board.loc["own-seconds", "seconds_per_task"] == 2.5
+    assert board.loc["ridge", "seconds_per_task"] == pytest.approx(
+        by_model["ridge"]["seconds"].mean(), rel=1e-12
+    )
+    markdown = (out / "leaderboard.md").read_text()
+    assert "| num_tasks | num_failed | num_imputed | seconds_per_task |" in markdown
+    assert f"| {n_tasks} | 0 | 0 | 2.5 |" in markdown  # own-seconds' row
+    lines = {line.split()[0]: line for line in stdout.splitlines() if "skill" in line}
+    assert lines["own-seconds"].endswith(f"tasks {n_tasks:,}  failed 0  imputed 0  s/task 2.5")
+    assert f"failed 0  imputed {imputed:,}  s/task " in lines["imputes-novel"]
+    assert (
+        f"note: model 'imputes-novel' imputed {imputed:,} of {n_tasks:,} forecasts (first: "
+    ) in err
+    assert "warning:" not in err and "error:" not in err
+
+
+@pytest.fixture(scope="module")
+def some_ids(corpus_path) -> list[str]:
+    """Seven task ids of the corpus, not in its order."""
+    with Corpus(corpus_path) as corpus:
+        ids = corpus.task_ids()
+    return [ids[i] for i in (40, 3, 17, 250, 9, 101, 77)]
+
+
+def test_task_ids_restrict_the_evaluation_to_exactly_those_tasks(tmp_path, corpus_path, some_ids):
+    out = tmp_path / "o"
+    result = evaluate(corpus_path, ["naive", "ridge"], out, task_ids=some_ids, progress=False)
+    with Corpus(corpus_path) as corpus:
+        in_corpus_order = [i for i in corpus.task_ids() if i in set(some_ids)]
+    for model in ("naive", "ridge"):
+        rows = result.per_task[result.per_task["model"] == model]
+        assert rows["task_id"].tolist() == in_corpus_order  # exactly these, in corpus order
+    assert (result.leaderboard["num_tasks"] == len(some_ids)).all()
+    assert json.loads((out / "manifest.json").read_text())["tasks"] == len(some_ids)
+    again = evaluate(  # the same ids in another order: the same selection, resumed
+        corpus_path, ["naive", "ridge"], out, task_ids=some_ids[::-1], progress=False
+    )
+    assert again.notes == []
+    pd.testing.assert_frame_equal(without_timings(again.per_task), without_timings(result.per_task))
+    with pytest.raises(EvaluationError, match="holds results of another evaluation"):
+        evaluate(corpus_path, ["naive"], out, task_ids=some_ids[:3], progress=False)
+
+
+@pytest.mark.parametrize(
+    ("task_ids", "subset", "message"),
+    [
+        ([], None, "task_ids is empty"),
+        ("sumo/x/replay", None, "task_ids must be a list of task ids, got a str"),
+        (42, None, "task_ids must be a list of task ids, got a int"),
+        ([7], None, "task_ids must be strings, got 7"),
+        (["no/such/task"], None, "holds no task 'no/such/task'"),
+        (["no/such/task", "nor/this/one"], None, "(and 1 more of the 2 given)"),
+        ("twice", None, "more than once"),
+        ("first", 0.5, "give subset (0.5) or task_ids (1 ids), not both"),
+    ],
+)
+def test_bad_task_ids_are_one_clear_error(
+    tmp_path, corpus_path, some_ids, task_ids, subset, message
+):
+    if task_ids == "twice":
+        task_ids = [some_ids[0], some_ids[1], some_ids[0]]
+    elif task_ids == "first":
+        task_ids = some_ids[:1]
+    out = tmp_path / "new" / "o"
+    with pytest.raises(EvaluationError) as caught:
+        evaluate(corpus_path, ["naive"], out, subset=subset, task_ids=task_ids, progress=False)
+    assert message in str(caught.value)
+    assert not (tmp_path / "new").exists()  # nothing left behind
+
+
+def test_chunks_written_before_the_timings_resume_without_recomputing(
+    tmp_path, corpus_path, some_ids, monkeypatch
+):
+    monkeypatch.setattr(runner, "CHUNK", 3)
+    out = tmp_path / "o"
+    first = evaluate(corpus_path, ["naive", "ridge"], out, task_ids=some_ids, progress=False)
+    chunks = sorted((out / "per_task").glob("*/chunk-*.parquet"))
+    assert len(chunks) == 2 * 3
+    for path in chunks:  # as the format before seconds and imputed wrote them
+        old = pd.read_parquet(path).drop(columns=["seconds", "imputed"])
+        assert list(old.columns) == ["task_id", "model", "wql", "wape", "failed"]
+        old.to_parquet(path, index=False)
+    written = {path: path.stat().st_mtime_ns for path in chunks}
+    os.remove(chunks[-1])  # the last ridge chunk: computed again, with its seconds
+    again = evaluate(corpus_path, ["naive", "ridge"], out, task_ids=some_ids, progress=False)
+    assert all(path.stat().st_mtime_ns == written[path] for path in chunks[:-1])  # read, kept
+    assert sorted(again.notes) == [
+        f"model 'naive': 3 saved chunk(s) in {out / 'per_task' / 'naive'} predate per-task "
+        "timings; their tasks are kept with seconds NaN (left out of seconds_per_task) and "
+        "imputed False",
+        f"model 'ridge': 2 saved chunk(s) in {out / 'per_task' / 'ridge'} predate per-task "
+        "timings; their tasks are kept with seconds NaN (left out of seconds_per_task) and "
+        "imputed False",
+    ]
+    pd.testing.assert_frame_equal(without_timings(again.per_task), without_timings(first.per_task))
+    seconds = again.per_task["seconds"]
+    recomputed = again.per_task["task_id"].isin(pd.read_parquet(chunks[-1])["task_id"]) & (
+        again.per_task["model"] == "ridge"
+    )
+    assert seconds[~recomputed].isna().all() and (seconds[recomputed] > 0).all()
+    assert not again.per_task["imputed"].any()
+    board = again.leaderboard.set_index("model")
+    assert np.isnan(board.loc["naive", "seconds_per_task"])  # no task of it measured
+    assert board.loc["ridge", "seconds_per_task"] == pytest.approx(seconds[recomputed].mean())

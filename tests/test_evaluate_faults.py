@@ -24,7 +24,7 @@ import pytest
 from tests.conftest import whatif_executable
 from whatif_bench.cli import main
 from whatif_bench.evaluation import Forecast, evaluate, leaderboard, runner
-from whatif_bench.evaluation.forecasters import ModelError, fingerprint
+from whatif_bench.evaluation.forecasters import ModelError, NoForecast, fingerprint
 from whatif_bench.generator import GenerationConfig, generate
 from whatif_bench.outputs import OutputError, output_lock, write_identity
 from whatif_bench.simulators import shipped_baselines_path
@@ -99,6 +99,19 @@ class Bad:
         if mode in ("nan", "inf"):  # past Forecast's own check, as a duck-typed object
             value = np.nan if mode == "nan" else np.inf
             return [SimpleNamespace(point=np.full(t.prediction_length, value)) for t in batch]
+        if mode == "negative-seconds":  # Forecast does not check its seconds: the runner does
+            return [Forecast(point=np.zeros(t.prediction_length), seconds=-1.0) for t in batch]
+        if mode == "nan-seconds":
+            return [Forecast(point=np.zeros(t.prediction_length), seconds=np.nan) for t in batch]
+        if mode == "text-seconds":
+            return [Forecast(point=np.zeros(t.prediction_length), seconds="1 s") for t in batch]
+        if mode == "text-imputed":
+            return [Forecast(point=np.zeros(t.prediction_length), imputed="yes") for t in batch]
+        if mode == "half-no-forecast":  # the model's own word that it cannot do a task
+            return [
+                NoForecast(f"no answer for {t.task_id}") if i % 2 else point(t)
+                for i, t in enumerate(batch)
+            ]
         if mode == "half-nan":
             return [
                 SimpleNamespace(point=np.full(t.prediction_length, np.nan)) if i % 2 else point(t)
@@ -118,6 +131,15 @@ FAILURES = [
     ("nan", "all", "point forecast has NaN or infinite values"),
     ("inf", "all", "point forecast has NaN or infinite values"),
     ("half-nan", "half", "point forecast has NaN or infinite values"),
+    ("half-no-forecast", "half", "the model gave no forecast: no answer for "),
+    ("negative-seconds", "all", "the forecast's seconds must be a finite number >= 0"),
+    (
+        "nan-seconds",
+        "all",
+        "the forecast's seconds must be a finite number >= 0 (or None), got nan",
+    ),
+    ("text-seconds", "all", "the forecast's seconds must be a finite number >= 0"),
+    ("text-imputed", "all", "the forecast's imputed must be True or False, got 'yes'"),
 ]
 
 
@@ -183,9 +205,27 @@ def test_a_failing_model_is_reported_by_task_and_does_not_move_the_others(
     assert "num_tasks" in (tmp_path / "o" / "leaderboard.md").read_text()
     per_task = pd.read_parquet(tmp_path / "o" / "per_task.parquet")
     assert per_task.loc[per_task["model"] == "bad", "wql"].isna().sum() == expected
+    failed = per_task[per_task["failed"] != ""]
+    assert failed["seconds"].isna().all() and not failed["imputed"].any()
     assert (per_task.loc[per_task["model"] != "bad", "failed"] == "").all()
     line = result.failure_summary()[0]
     assert line.startswith(f"model 'bad' failed on {expected:,} of {n_tasks:,} tasks (first: ")
+
+
+@pytest.mark.parametrize("mode", ["negative-seconds", "text-imputed", "half-no-forecast"])
+def test_bad_seconds_or_imputed_fail_the_task_in_this_process_too(tmp_path, corpus_path, mode):
+    """model_timeout=None: predict runs in this process, where the runner reads the forecasts
+    themselves (not their copies from a child process); the same check applies."""
+    result = evaluate(
+        corpus_path, ["naive", Bad(mode)], tmp_path / "o", subset=SUBSET, progress=False,
+        model_timeout=None,
+    )  # fmt: skip
+    how_many, reason = {m: (h, r) for m, h, r in FAILURES}[mode]
+    failures = result.failures
+    n_tasks = result.per_task["task_id"].nunique()
+    assert len(failures) == (n_tasks if how_many == "all" else n_tasks // 2)
+    assert set(failures["model"]) == {"bad"}
+    assert failures["failed"].str.contains(reason, regex=False).all()
 
 
 def test_failures_in_worker_processes_are_reported_the_same(tmp_path, corpus_path, clean):
@@ -458,8 +498,13 @@ def test_a_damaged_chunk_is_recomputed_and_said(tmp_path, corpus_path, monkeypat
         and str(target) in again.notes[0]
         and "recomputing it" in again.notes[0]
     )
-    pd.testing.assert_frame_equal(again.per_task, first.per_task)
-    pd.testing.assert_frame_equal(pd.read_parquet(target), kept)  # rewritten whole
+    # the same results but for the measured seconds (runner.TIMING_COLUMNS)
+    pd.testing.assert_frame_equal(
+        runner.without_timings(again.per_task), runner.without_timings(first.per_task)
+    )
+    rewritten = pd.read_parquet(target)  # rewritten whole
+    pd.testing.assert_frame_equal(runner.without_timings(rewritten), runner.without_timings(kept))
+    assert (rewritten["seconds"] > 0).all()
 
 
 # 6. Bad --out, --jobs, --subset, --seed.

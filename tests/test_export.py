@@ -75,7 +75,7 @@ def _assert_rows_equal(rows, corpus_path):
             assert row["context_length"] == task.context_length
             assert row["prediction_length"] == task.prediction_length
             assert row["interval_s"] == task.interval_s
-            assert row["start"] == task.timestamps()[0].to_pydatetime().replace(tzinfo=None)
+            assert row["start"] == task.timestamps()[0].isoformat()  # text: torch format takes it
             assert row["pair_id"] + "/" + row["future"] == task_id
             assert json.loads(row["recipe"]) == json.loads(json.dumps(task.recipe))
             assert json.loads(row["description"]) == describer.describe(task)
@@ -138,6 +138,35 @@ def test_card_config_and_features_load_offline(exported, monkeypatch):
     assert declared == Features.from_arrow_schema(pq.read_schema(first))
     assert ds["test"].features == declared
     assert ds["test"].num_rows == header["dataset_info"]["splits"][0]["num_examples"]
+
+
+def test_the_split_is_named_test_in_the_card_the_manifest_and_the_documented_loads(
+    exported, monkeypatch
+):
+    import yaml
+    from datasets import load_dataset
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    assert pq_format.SPLIT == "test"
+    card = (exported / "README.md").read_text()
+    header = yaml.safe_load(card.split("---\n")[1])
+    (config,) = header["configs"]
+    assert [f["split"] for f in config["data_files"]] == [pq_format.SPLIT]
+    assert [s["name"] for s in header["dataset_info"]["splits"]] == [pq_format.SPLIT]
+    manifest = json.loads((exported / "manifest.json").read_text())
+    assert manifest["written"]["split"] == pq_format.SPLIT
+    assert f'load_dataset("path/to/this/folder", split="{pq_format.SPLIT}")' in card
+    # the card's own load line, run in the export folder; and the folder through its card
+    monkeypatch.chdir(exported)
+    load_line = pq_format.CARD_EXAMPLE.splitlines()[2]
+    assert load_line.startswith("tasks = load_dataset(") and load_line in card
+    scope: dict = {"load_dataset": load_dataset}
+    exec(load_line, scope)
+    whole = load_dataset(str(exported), split=pq_format.SPLIT)
+    for tasks in (scope["tasks"], whole):
+        assert str(tasks.split) == "test" and tasks.num_rows == manifest["n_tasks"]
+    assert scope["tasks"]["task_id"] == whole["task_id"]
 
 
 def test_card_body_has_axes_counts_provenance_and_sources(exported, corpus_path):

@@ -289,3 +289,51 @@ def test_from_gluonts_with_one_fixed_predictor_fails_only_other_horizons(corpus_
     assert short.any() and (~short).any()
     assert (rows.loc[short, "failed"] == "").all()
     assert (rows.loc[~short, "failed"] == "forecast is None").all()
+
+
+@pytest.mark.gluonts
+def test_from_gluonts_factory_gets_the_number_and_names_of_the_covariates(corpus_path):
+    pytest.importorskip("gluonts")
+    from gluonts.model.seasonal_naive import SeasonalNaivePredictor
+
+    from whatif_bench.evaluation.adapters import from_gluonts
+
+    calls: list[tuple] = []
+
+    def factory(prediction_length, freq, *, num_feat_dynamic_real, covariate_names):
+        calls.append((prediction_length, freq, num_feat_dynamic_real, covariate_names))
+        return SeasonalNaivePredictor(prediction_length=prediction_length, season_length=1)
+
+    old: list[tuple] = []
+
+    def old_factory(prediction_length, freq):
+        old.append((prediction_length, freq))
+        return SeasonalNaivePredictor(prediction_length=prediction_length, season_length=1)
+
+    anything: list[dict] = []
+
+    def kwargs_factory(prediction_length, freq, **options):
+        anything.append(options)
+        return SeasonalNaivePredictor(prediction_length=prediction_length, season_length=1)
+
+    with Corpus(corpus_path) as corpus:
+        ids = corpus.task_ids()
+        inputs = corpus.task_inputs(ids)
+        expected = {
+            (t.prediction_length, frequency_alias(t.interval_s), corpus[i].k, corpus[i].covariates)
+            for i, t in zip(ids, inputs, strict=True)
+        }
+    model = from_gluonts(factory, name="by-schema")
+    forecasts = model.predict(inputs)
+    assert len(calls) == len(set(calls)) == len(expected)  # one predictor per (H, freq, K, names)
+    assert set(calls) == expected and len({k for _, _, k, _ in calls}) > 1
+    for task, forecast in zip(inputs, forecasts, strict=True):
+        np.testing.assert_allclose(forecast.quantiles, task.history_target[-1], rtol=1e-6)
+    model.predict(inputs)
+    assert len(calls) == len(expected)  # kept: not built again for the next batch
+
+    from_gluonts(old_factory, name="old").predict(inputs)  # an old factory: (H, freq) only
+    assert sorted(old) == sorted({(h, f) for h, f, _, _ in expected})
+    from_gluonts(kwargs_factory, name="kw").predict(inputs[:3])
+    assert all(set(o) == {"num_feat_dynamic_real", "covariate_names"} for o in anything)
+    assert anything[0]["covariate_names"] == tuple(inputs[0].covariate_names)

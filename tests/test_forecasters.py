@@ -630,3 +630,164 @@ def test_dict_model_bad_output_and_bad_arguments_are_clear(rng):
         from_dict_model(_last_plus_covariate_change, name="")
     with pytest.raises(ModelError, match="needs a callable"):
         from_dict_model("chronos", name="x")
+
+
+def _named(task: TaskInput, *names: str) -> TaskInput:
+    """``task`` with its covariates named ``names``."""
+    import dataclasses
+
+    return dataclasses.replace(task, covariate_names=names)
+
+
+def test_dict_model_calls_once_per_horizon_and_covariate_schema(rng):
+    from whatif_bench.evaluation.adapters import from_dict_model
+
+    calls = []
+
+    def model(inputs):  # refuses a call of two schemas, as Chronos-2 does
+        schemas = {(tuple(e["past_covariates"]), e["target"].size) for e in inputs}
+        horizons = {len(v) for e in inputs for v in e["future_covariates"].values()}
+        assert len({s for s, _ in schemas}) == 1 and len(horizons) == 1, (schemas, horizons)
+        calls.append((next(iter(schemas))[0], horizons.pop(), len(inputs)))
+        return [np.zeros(len(next(iter(e["future_covariates"].values())))) for e in inputs]
+
+    a, _ = linear_task(rng, horizon=10)
+    b, _ = linear_task(rng, horizon=20)
+    one = TaskInput(a.history_target, a.history_covariates[:1], a.future_covariates[:1])
+    batch = [a, _named(a, "x", "y"), one, b, a, _named(a, "y", "x")]
+    forecasts = from_dict_model(model, name="schemas").predict(batch)
+    assert [f.point.shape for f in forecasts] == [(10,), (10,), (10,), (20,), (10,), (10,)]
+    assert calls == [
+        (("covariate_1", "covariate_2"), 10, 2),
+        (("x", "y"), 10, 1),
+        (("covariate_1",), 10, 1),
+        (("covariate_1", "covariate_2"), 20, 1),
+        (("y", "x"), 10, 1),
+    ]
+
+
+LEVELS_13 = (0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+
+
+@pytest.mark.parametrize(
+    ("layout", "levels"),
+    [
+        ("h9", None),  # the toolkit's (H, 9)
+        ("1h9", None),  # (1, H, 9)
+        ("19h", None),  # Chronos-2 predict's (1, Q, H) with the nine levels
+        ("1qh", LEVELS_13),  # Chronos-2 predict's (1, Q, H) at the model's 13 levels
+        ("hq", LEVELS_13),  # (H, Q)
+        ("1hq", LEVELS_13),  # (1, H, Q), as predict_quantiles
+    ],
+)
+def test_dict_model_reads_every_quantile_layout(rng, layout, levels):
+    from whatif_bench.evaluation.adapters import from_dict_model
+    from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
+
+    task, _ = linear_task(rng, horizon=12)
+    grid = np.asarray(levels or QUANTILE_LEVELS)
+    table = 100.0 + np.arange(12)[:, None] + 10.0 * grid[None, :]  # (H, Q): value = f(step, level)
+    shaped = {"h9": table, "hq": table, "1h9": table[None], "1hq": table[None]}.get(
+        layout, table.T[None]
+    )
+    (forecast,) = from_dict_model(
+        lambda inputs: [shaped], name="layouts", quantile_levels=levels
+    ).predict([task])
+    expected = 100.0 + np.arange(12)[:, None] + 10.0 * np.asarray(QUANTILE_LEVELS)[None, :]
+    np.testing.assert_allclose(forecast.quantiles, expected, rtol=0, atol=1e-12)
+
+
+def test_dict_model_point_forecasts_and_the_ambiguous_square_output(rng):
+    from whatif_bench.evaluation.adapters import from_dict_model
+
+    task, _ = linear_task(rng, horizon=9)
+    for point in (np.arange(9.0), np.arange(9.0)[None]):
+        (forecast,) = from_dict_model(lambda inputs, p=point: [p], name="p").predict([task])
+        np.testing.assert_array_equal(forecast.point, np.arange(9.0))
+    square = np.arange(81.0).reshape(1, 9, 9)  # H = Q = 9: both layouts fit
+    (plain,) = from_dict_model(lambda inputs: [square], name="s").predict([task])
+    np.testing.assert_array_equal(plain.quantiles, square[0])  # (1, H, 9), as before
+    levels = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+    (declared,) = from_dict_model(
+        lambda inputs: [square], name="s", quantile_levels=levels
+    ).predict([task])
+    np.testing.assert_array_equal(declared.quantiles, square[0].T)  # (1, Q, H), as predict
+
+
+@pytest.mark.parametrize(
+    ("output", "levels", "message"),
+    [
+        (np.zeros((1, 13, 12)), None, r"\(1, 13, 12\).*pass quantile_levels="),
+        (np.zeros((12, 13)), None, r"\(12, 13\).*pass quantile_levels="),
+        (np.zeros((1, 13, 12)), (0.1, 0.5, 0.9), r"expected quantiles \(12, 3\) or \(1, 3, 12\)"),
+        (np.zeros((2, 9, 12)), None, r"returned shape \(2, 9, 12\)"),
+        (np.zeros(11), None, r"returned shape \(11,\)"),
+    ],
+)
+def test_dict_model_outputs_that_do_not_fit_are_clear(rng, output, levels, message):
+    from whatif_bench.evaluation.adapters import from_dict_model
+
+    task, _ = linear_task(rng, horizon=12)
+    model = from_dict_model(lambda inputs: [output], name="bad", quantile_levels=levels)
+    with pytest.raises(ValueError, match=message):
+        model.predict([task])
+
+
+@pytest.mark.parametrize(
+    "levels", [(), (0.5, 0.1), (0.0, 0.5), (0.5, 1.0), (0.2, 0.2), ("a",), 0.5, (float("nan"),)]
+)
+def test_dict_model_bad_quantile_levels_are_model_errors(levels):
+    from whatif_bench.evaluation.adapters import from_dict_model
+    from whatif_bench.evaluation.forecasters import ModelError
+
+    with pytest.raises(ModelError, match="quantile_levels must be strictly increasing"):
+        from_dict_model(lambda inputs: [], name="bad", quantile_levels=levels)
+
+
+def test_dict_model_runs_the_real_chronos2_predict_on_a_mixed_schema_batch(rng):
+    pytest.importorskip("chronos")
+    from tests.test_foundation_chronos2 import tiny_pipeline
+    from whatif_bench.evaluation.adapters import dict_entry, from_dict_model
+
+    pipeline = tiny_pipeline()
+    a, _ = linear_task(rng, context=300, horizon=24)
+    b, _ = linear_task(rng, context=280, horizon=24)
+    one = TaskInput(b.history_target, b.history_covariates[:1], b.future_covariates[:1])
+    batch = [a, one, b, _named(a, "flow", "head")]
+    with pytest.raises(ValueError, match="Heterogeneous lists are not supported"):
+        pipeline.predict([dict_entry(t) for t in batch], prediction_length=24)
+    model = from_dict_model(pipeline.predict, name="chronos2", quantile_levels=pipeline.quantiles)
+    forecasts = model.predict(batch)
+    assert model.params()["quantile_levels"] == list(pipeline.quantiles)
+    assert [f.quantiles.shape for f in forecasts] == [(24, 9)] * 4
+    for task, forecast in zip(batch, forecasts, strict=True):
+        (alone,) = pipeline.predict([dict_entry(task)], prediction_length=24)  # (1, 13, 24)
+        expected = np.sort(alone[0].numpy().astype(np.float64), axis=0)[2:11].T
+        scale = np.abs(expected).max()
+        np.testing.assert_allclose(forecast.quantiles, expected, rtol=1e-5, atol=1e-6 * scale)
+
+
+def test_a_missing_library_says_which_extra_to_install():
+    from whatif_bench.evaluation.foundation.common import FoundationForecaster
+
+    class Absent(FoundationForecaster):
+        adapter, package, extra = "absent", "no-such-distribution-anywhere", "absent"
+        install_note = "a note"
+
+    with pytest.raises(
+        ModelError,
+        match=r"absent needs no-such-distribution-anywhere, which is not installed; install it "
+        r"with: pip install 'whatif-bench\[absent\]' \(a note\)",
+    ):
+        Absent("some/model")
+
+
+def test_the_cli_names_the_extra_of_a_foundation_model_not_installed_here():
+    import importlib.util
+
+    from whatif_bench.evaluation.cli import load_model
+
+    if importlib.util.find_spec("tabpfn_time_series") is not None:
+        pytest.skip("tabpfn-time-series is installed in this environment")
+    with pytest.raises(ModelError, match=r"pip install 'whatif-bench\[tabpfn\]'.*pandas < 3"):
+        load_model("tabpfn-ts", timeout=None)

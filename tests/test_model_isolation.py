@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_whatif, small_corpus, whatif_executable
+from tests.conftest import run_main, run_whatif, small_corpus, whatif_executable
 
 MODELS = """\
 import ctypes
@@ -107,6 +107,28 @@ class KillsOnRestraint:
         if any(t.task_id.endswith("/restraint") for t in batch):
             os.kill(os.getpid(), signal.SIGKILL)
         return last(batch)
+
+
+class OwnForecast:  # a forecast class of this module: it cannot be pickled back by name
+
+    def __init__(self, point, imputed, seconds):
+        self.point, self.imputed, self.seconds = point, imputed, seconds
+
+
+class SlowImputer:  # 0.3 s per batch; Novel forecasts imputed, Replay ones timed 0.125 s
+
+    name = "slow-imputer"
+
+    def predict(self, batch):
+        time.sleep(0.3)
+        return [
+            OwnForecast(
+                np.full(t.prediction_length, float(t.history_target[-1])),
+                imputed=t.task_id.endswith("/novel"),
+                seconds=None if t.task_id.endswith("/novel") else 0.125,
+            )
+            for t in batch
+        ]
 """
 
 TIMEOUT = "2"
@@ -589,3 +611,32 @@ def test_run_each_in_child_runs_items_in_order_in_one_child_and_stops_early():
     assert os.waitstatus_to_exitcode(ended[1].status) == 5
     late = run_each_in_child(lambda x: time.sleep(60) if x == 2 else x, [1, 2, 3], 0.5)
     assert [r.value for r in late] == [1, None] and late[1].timed_out
+
+
+def test_seconds_and_imputed_come_back_from_the_models_process(
+    tmp_path, corpus, models_file, naive_alone, capsys
+):
+    """The time of a model's batch is measured in its child process around predict: the
+    Novel tasks (no seconds of their own) share the batch's 0.3 s and more, the fork and the
+    sending back not counted; ``imputed`` and ``seconds`` of the model's own forecast class
+    cross to the evaluation."""
+    out = tmp_path / "o"
+    code, _, err = run_main(
+        capsys, "evaluate", str(corpus), "--models", f"{models_file}:SlowImputer,naive",
+        "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    per_task = pd.read_parquet(out / "per_task.parquet")
+    rows = per_task[per_task["model"] == "slow-imputer"].reset_index(drop=True)
+    novel = rows["task_id"].str.endswith("/novel")
+    assert (rows["failed"] == "").all() and rows["imputed"].tolist() == novel.tolist()
+    assert (rows.loc[~novel, "seconds"] == 0.125).all()
+    total = len(naive_alone)
+    batches = [rows.iloc[i : i + 256] for i in range(0, total, 256)]  # runner.CHUNK tasks each
+    assert len(batches) >= 2
+    for batch in batches:
+        share = batch.loc[batch["task_id"].str.endswith("/novel"), "seconds"]
+        assert share.nunique() == 1  # one share per batch
+        assert 0.3 <= share.iloc[0] * len(batch) < 2.0  # the predict call's wall time
+    assert f"note: model 'slow-imputer' imputed {int(novel.sum()):,} of {total:,} " in err
+    assert_naive_unchanged(per_task, naive_alone)

@@ -9,8 +9,11 @@ tests/test_stream.py does); the corpus is a small one generated from the shipped
 from __future__ import annotations
 
 import itertools
+import math
 import pickle
 import sys
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -305,3 +308,212 @@ def test_without_torch_the_datasets_say_which_extra_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, torch_data.__name__)
     with pytest.raises(ImportError, match=r"pip install 'whatif-bench\[train\]'"):
         __import__(torch_data.__name__)
+
+
+# ---- the length of a corpus dataset ------------------------------------------------------------
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_a_corpus_datasets_len_is_what_its_ranks_loader_yields_for_any_worker_count(
+    corpus_path, workers
+):
+    view = {"future": "novel", "C": ["C1", "C2"]}
+    with Corpus(corpus_path) as corpus:
+        wanted = corpus.filter(**view).task_ids()
+    assert len(wanted) % 3 != 0 and len(wanted) % 6 != 0  # ranks and shards are uneven
+    made = []
+    for rank in range(3):
+        dataset = CorpusDataset(corpus_path, **view, shuffle=True, seed=2, rank=rank, world_size=3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # torch warns when a loader yields more than len()
+            ids = [item["task_id"] for item in loader(dataset, workers)]
+        assert len(dataset) == len(ids) == len(range(rank, len(wanted), 3))
+        assert sorted(ids) == sorted(dataset.task_ids[p] for p in dataset.order()[rank::3])
+        batches = DataLoader(dataset, batch_size=7, num_workers=workers, collate_fn=collate_tasks)
+        assert len(batches) == math.ceil(len(dataset) / 7)
+        made += ids
+    assert sorted(made) == sorted(wanted)  # every task once over the three ranks
+    assert len(CorpusDataset(corpus_path, **view)) == len(wanted)
+
+
+# ---- collate of rows of the parquet export and of parquet stream shards -----------------------
+# what a batch of export or stream-shard rows holds (collate_tasks' docstring)
+ROW_BATCH_KEYS = {
+    *(name for name in ARRAYS if name != "counterfactual_history"),
+    "history_mask",
+    "future_mask",
+    "covariate_mask",
+    "k",
+    "context_length",
+    "prediction_length",
+    "event_length",
+    "interval_s",
+    *("task_id", "simulator", "target", "future", "c_label", "e_setting", "start", "covariates"),
+}
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def hf_export(corpus_path, tmp_path_factory):
+    from whatif_bench.export import export_corpus
+
+    return export_corpus(
+        corpus_path, "parquet", tmp_path_factory.mktemp("e") / "hf", progress=False
+    )
+
+
+@pytest.fixture(scope="module")
+def corpus_items(corpus_path) -> dict[str, dict]:
+    """Every task of the corpus as a ``task_item``, by task id."""
+    with Corpus(corpus_path) as corpus:
+        return {task_id: task_item(corpus[task_id], 0) for task_id in corpus.task_ids()}
+
+
+@pytest.fixture(scope="module")
+def stream_shards(sources, tmp_path_factory):
+    """Ten stream slots written as parquet shards of four (the ``whatif stream`` writer)."""
+    from whatif_bench.stream import write_shards
+
+    out = tmp_path_factory.mktemp("shards") / "DIR"
+    stream = TaskStream(SEED, count=10, sources=sources)
+    write_shards(stream, out, shard_size=4, progress=False, format="parquet")
+    return out
+
+
+def assert_same_batch(got: dict, want: dict) -> None:
+    """``got`` has exactly the keys of a batch of rows, each equal to ``want``'s."""
+    assert set(got) == ROW_BATCH_KEYS
+    for name in ROW_BATCH_KEYS:
+        if torch.is_tensor(want[name]):
+            assert got[name].dtype == want[name].dtype, name
+            assert torch.equal(got[name], want[name]), name
+        elif name == "covariates":  # tuples in items, lists in rows
+            assert [list(c) for c in got[name]] == [list(c) for c in want[name]]
+        else:
+            assert got[name] == want[name], name
+
+
+def python_block(text: str, containing: str) -> str:
+    """The ``python`` code block of a Markdown text that contains ``containing``."""
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    (block,) = [b for b in blocks if containing in b]
+    return block
+
+
+def run_snippet(code: str, folder, monkeypatch) -> dict:
+    """Execute documentation code in ``folder`` (offline) and return its variables."""
+    for name, value in OFFLINE.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(folder)
+    scope: dict = {}
+    exec(compile(code, "snippet", "exec"), scope)
+    return scope
+
+
+def test_the_export_cards_torch_example_runs_in_the_export_folder(
+    hf_export, corpus_items, monkeypatch
+):
+    from whatif_bench.export.parquet import CARD_EXAMPLE, SPLIT
+
+    card = (hf_export / "README.md").read_text()
+    assert python_block(card, "load_dataset") == CARD_EXAMPLE
+    scope = run_snippet(CARD_EXAMPLE, hf_export, monkeypatch)
+    tasks, row, batch = scope["tasks"], scope["row"], scope["batch"]
+    assert str(tasks.split) == SPLIT == "test" and tasks.num_rows == len(corpus_items)
+    assert row["history_covariates"].dtype == torch.float32 and row["k"].dtype == torch.int64
+    assert row["history_covariates"].shape == (int(row["k"]), int(row["context_length"]))
+    assert isinstance(row["start"], str) and row["start"] == corpus_items[row["task_id"]]["start"]
+    want = collate_tasks([corpus_items[task_id] for task_id in tasks["task_id"][:8]])
+    assert_same_batch(batch, want)
+
+
+def test_the_readmes_export_example_runs(hf_export, corpus_items, tmp_path, monkeypatch):
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    code = python_block(readme, 'load_dataset("out/hf/"')
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "hf").symlink_to(hf_export)
+    scope = run_snippet(code, tmp_path, monkeypatch)
+    assert str(scope["tasks"].split) == "test" and scope["tasks"].num_rows == len(corpus_items)
+    ids = scope["tasks"]["task_id"][:32]
+    assert_same_batch(scope["batch"], collate_tasks([corpus_items[i] for i in ids]))
+
+
+@pytest.mark.parametrize("reader", ["datasets", "datasets torch", "pyarrow"])
+def test_collate_takes_export_rows_as_each_reader_gives_them(hf_export, corpus_items, reader):
+    import pyarrow.parquet as pq
+    from datasets import load_dataset
+
+    files = sorted(str(p) for p in (hf_export / "data").glob("*.parquet"))
+    if reader == "pyarrow":
+        rows = [row for f in files for row in pq.read_table(f).to_pylist()]
+    else:
+        tasks = load_dataset("parquet", data_files={"test": files}, split="test")
+        rows = tasks.with_format("torch") if reader == "datasets torch" else tasks
+    picks = [0, 7, 51, 122, 200, 301, len(corpus_items) - 1]
+    chosen = [rows[i] for i in picks]
+    items = [corpus_items[row["task_id"]] for row in chosen]
+    for key in ("k", "context_length", "prediction_length"):
+        assert len({item[key] for item in items}) >= 3, key  # a batch that really pads
+    assert_same_batch(collate_tasks(chosen), collate_tasks(items))
+    fixed = {"k_max": 5, "context_max": 1500, "horizon_max": 1000}  # crops the longer histories
+    assert_same_batch(collate_tasks(chosen, **fixed), collate_tasks(items, **fixed))
+
+
+def test_collate_takes_parquet_stream_shard_rows_as_the_docs_read_them(
+    stream_shards, sources, monkeypatch
+):
+    import pyarrow.parquet as pq
+
+    doc = (Path(__file__).parents[1] / "docs" / "STREAM_FORMAT.md").read_text()
+    scope = run_snippet(python_block(doc, "collate_tasks"), stream_shards.parent, monkeypatch)
+    assert str(scope["shards"].split) == "train" and scope["shards"].num_rows == 10
+    items = [
+        task_item(task, slot)
+        for slot, task in enumerate(TaskStream(SEED, count=10, sources=sources))
+    ]
+    assert_same_batch(scope["batch"], collate_tasks(items))
+    rows = pq.read_table(stream_shards / "data" / "shard-00001.parquet").to_pylist()
+    assert_same_batch(collate_tasks(rows), collate_tasks(items[4:8]))
+
+
+def _row(corpus_items) -> dict:
+    """A row of the parquet export, rebuilt from an item (plain lists, as ``datasets`` gives)."""
+    item = next(iter(corpus_items.values()))
+    row = {name: item[name] for name in ROW_BATCH_KEYS if name in item}
+    row.update({name: item[name].tolist() for name in ARRAYS if name != "counterfactual_history"})
+    return row
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: r.pop("history_covariates"), "item 1 of the batch has no history_covariates"),
+        (
+            lambda r: (r.pop("k"), r.pop("future_target")),
+            "item 1 of the batch has no future_target, k .every item needs history_target",
+        ),
+        (lambda r: r.pop("prediction_length"), "item 1 of the batch has no prediction_length"),
+        (lambda r: r.update(k=2.0), "k must be a whole number, got 2.0"),
+        (lambda r: r.update(context_length="1024"), "context_length must be a whole number"),
+        (lambda r: r.update(k=True), "k must be a whole number, got True"),
+        (
+            lambda r: r.update(history_covariates=r["history_target"]),
+            r"history_covariates is not a \(K, T\) array of numbers",
+        ),
+        (
+            lambda r: r.update(future_target=[[1.0], [2.0, 3.0]]),
+            r"future_target is not a \(T,\) array of numbers",
+        ),
+        (lambda r: r.update(history_target=["a", "b"]), "history_target is not a"),
+    ],
+)
+def test_collate_names_what_a_row_lacks_or_gets_wrong(corpus_items, change, message):
+    row = _row(corpus_items)
+    change(row)
+    with pytest.raises(StreamError, match=f"cannot collate: {message}"):
+        collate_tasks([_row(corpus_items), row])  # the second row is the bad one
+
+
+def test_collate_refuses_a_batch_mixing_items_and_rows(corpus_items):
+    item = next(iter(corpus_items.values()))
+    with pytest.raises(StreamError, match="some items of the batch have counterfactual_history"):
+        collate_tasks([item, _row(corpus_items)])
+    assert set(collate_tasks([_row(corpus_items)])) == ROW_BATCH_KEYS

@@ -52,7 +52,7 @@ ADAPTERS: dict[str, Adapter] = {
     "tabpfn-ts": Adapter(
         "tabpfn_ts",
         "TabPFNTSForecaster",
-        "tabpfn-v2-regressor",
+        "tabpfn-v3.5-20260909.safetensors",
         "tabpfn",
         "TabPFN-TS (tabpfn-time-series): covariates as tabular features; needs pandas < 3",
     ),

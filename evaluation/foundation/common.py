@@ -9,6 +9,8 @@ schema and horizon).
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -81,7 +83,9 @@ def to_nine_levels(levels: Sequence[float], values: np.ndarray) -> np.ndarray:
     A level the model has is taken as it is. A level between two of the model's is linearly
     interpolated in the level; a level outside the model's range takes the nearest end (no
     extrapolation). The values are sorted along the last axis first, so crossed quantiles of
-    the model become a monotone set. ``levels`` must be strictly increasing in (0, 1).
+    the model become a monotone set; the result is monotone along the last axis and within
+    the row's [min, max] (tests/test_foundation_common.py). ``levels`` must be strictly
+    increasing in (0, 1).
     """
     grid = np.asarray(levels, dtype=np.float64)
     array = np.asarray(values, dtype=np.float64)
@@ -103,7 +107,10 @@ def to_nine_levels(levels: Sequence[float], values: np.ndarray) -> np.ndarray:
         else:
             low, high = grid[upper - 1], grid[upper]
             weight = (level - low) / (high - low)
-            out[:, j] = (1 - weight) * flat[:, upper - 1] + weight * flat[:, upper]
+            below, above = flat[:, upper - 1], flat[:, upper]
+            # below + w (above - below), kept in [below, above]: exact where the two are equal,
+            # and monotone in the level despite rounding
+            out[:, j] = np.clip(below + weight * (above - below), below, above)
     return out.reshape(*array.shape[:-1], len(QUANTILE_LEVELS))
 
 
@@ -126,8 +133,11 @@ class FoundationForecaster:
     an already built model object of the library (what the tests pass: tiny random
     configurations, nothing downloaded). ``predict`` groups the batch by covariate schema
     (``schema_groups``), splits each group into runs of ``batch_size`` tasks and calls
-    ``_forecast_group`` on each, seeding torch with ``seed`` first when the library uses it,
-    so the same tasks give the same forecasts whatever the chunking.
+    ``_forecast_group`` on each, seeding torch with ``seed`` first when the library uses it:
+    the same tasks in the same runs give identical forecasts. A library that keeps tasks apart
+    in a call (as Chronos-2 does) gives the same forecasts whatever the chunking up to float32
+    rounding (batched matrix products are not bit-identical across batch sizes), which is why
+    ``batch_size`` is part of ``params``.
     """
 
     #: the adapter's name in ``--models`` (``ADAPTERS``); the distribution whose version is
@@ -135,6 +145,8 @@ class FoundationForecaster:
     adapter = ""
     package = ""
     extra = ""
+    #: said after the ``pip install`` line when the library is missing
+    install_note = ""
 
     def __init__(
         self,
@@ -145,11 +157,18 @@ class FoundationForecaster:
         name: str | None = None,
     ) -> None:
         _check_options(self.adapter, device, batch_size, seed)
+        if self.package and library_version(self.package) is None:
+            note = f" ({self.install_note})" if self.install_note else ""
+            raise ModelError(
+                f"{self.adapter} needs {self.package}, which is not installed; install it with: "
+                f"pip install 'whatif-bench[{self.extra}]'{note}"
+            )
         self.model_id = model if isinstance(model, str) else _object_label(model)
         self._given = None if isinstance(model, str) else model
         self.device, self.batch_size, self.seed = device, batch_size, seed
         self.name = name or self.adapter
         self._model: Any = None
+        self._pid = os.getpid()  # the process that built it (see _fork_safe_threads)
 
     def params(self) -> dict:
         """What identifies this model's results (see ``forecasters.fingerprint``)."""
@@ -183,14 +202,26 @@ class FoundationForecaster:
 
     def _seed(self) -> None:
         """Seed the library's random numbers before a call (torch by default)."""
-        import sys
-
         torch = sys.modules.get("torch")
         if torch is not None:
             torch.manual_seed(self.seed)
 
+    def _fork_safe_threads(self) -> None:
+        """In a process forked from the one that built this forecaster (``evaluate`` runs
+        each batch of a model in a forked child) where torch was already imported before the
+        fork: one torch thread. A child whose parent had run torch's OpenMP thread pool hangs
+        in its first parallel operation otherwise (checked with torch 2.x). ``sys.modules``
+        is the parent's at the fork, so torch found there came from the parent. The runner
+        loads the model in the parent before it forks each batch (``runner._load_before_fork``:
+        the checkpoint is read once per process, not once per batch), so under ``evaluate``
+        the children always run torch on one thread."""
+        torch = sys.modules.get("torch")
+        if torch is not None and os.getpid() != self._pid:
+            torch.set_num_threads(1)
+
     def predict(self, batch: list[TaskInput]) -> list[Forecast]:
         out: list[Forecast | None] = [None] * len(batch)
+        self._fork_safe_threads()
         self.loaded()
         for positions in schema_groups(batch).values():
             for run in batches(positions, self.batch_size):
@@ -206,14 +237,17 @@ class FoundationForecaster:
 
 
 def _object_label(model: object) -> str:
-    """A model object given instead of a checkpoint, as the fingerprint names it: its class
-    and, when it has one, the hash of its configuration's JSON."""
+    """A model object given instead of a checkpoint, as the fingerprint names it: its class,
+    the hash of its configuration's JSON when it has one (its own ``config`` or that of the
+    module it wraps, ``model.model``) and the hash of its weights when it is (or wraps) a torch
+    module, so two objects of one configuration with other weights are told apart."""
     import hashlib
     import json
 
     kind = type(model)
     label = f"{kind.__module__}.{kind.__qualname__}"
-    config = getattr(model, "config", None)
+    inner = getattr(model, "model", None)
+    config = getattr(model, "config", None) or getattr(inner, "config", None)
     to_dict = getattr(config, "to_dict", None)
     if callable(to_dict):
         try:
@@ -221,4 +255,27 @@ def _object_label(model: object) -> str:
             label += f"@config-sha256:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         except Exception:  # noqa: BLE001 - a configuration that does not serialise: class only
             pass
+    weights = _weights_digest(model) or _weights_digest(inner)
+    if weights:
+        label += f"@weights-sha256:{weights[:16]}"
     return label
+
+
+def _weights_digest(module: object) -> str | None:
+    """SHA-256 over a torch module's ``state_dict`` (names, dtypes, shapes and bytes), or None
+    when ``module`` has none."""
+    import hashlib
+
+    state_dict = getattr(module, "state_dict", None)
+    if not callable(state_dict) or not hasattr(module, "parameters"):
+        return None
+    import torch
+
+    digest = hashlib.sha256()
+    for key, tensor in sorted(state_dict().items()):
+        if not isinstance(tensor, torch.Tensor):  # a module's extra state
+            continue
+        array = tensor.detach().cpu().contiguous()
+        digest.update(f"{key}|{array.dtype}|{tuple(array.shape)}\0".encode())
+        digest.update(array.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     from whatif_bench.evaluation import cli as eval_cli
 
     eval_cli.add_arguments(subparsers)
+    from whatif_bench.evaluation import llm_cli
+
+    llm_cli.add_arguments(subparsers)
     from whatif_bench.export import cli as export_cli
 
     export_cli.add_arguments(subparsers)

@@ -1,0 +1,93 @@
+"""The foundation adapters' shared rules that need no model library: the mapping of a model's
+quantile levels onto the toolkit's nine (``to_nine_levels``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from whatif_bench.evaluation.foundation.common import to_nine_levels
+from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
+
+NINE = np.asarray(QUANTILE_LEVELS)
+
+# a model's levels: strictly increasing in (0, 1), some of them the nine, some not
+level_grids = (
+    st.lists(
+        st.one_of(
+            st.sampled_from(QUANTILE_LEVELS),
+            st.floats(min_value=0.001, max_value=0.999, allow_nan=False),
+        ),
+        min_size=1,
+        max_size=25,
+        unique=True,
+    )
+    .map(sorted)
+    .filter(lambda grid: all(a < b for a, b in zip(grid, grid[1:], strict=False)))
+)
+values = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def model_quantiles(draw):
+    """(levels (L,), values (rows, L)): crossed values too, as a model may give."""
+    grid = draw(level_grids)
+    rows = draw(st.integers(min_value=1, max_value=4))
+    table = draw(
+        st.lists(
+            st.lists(values, min_size=len(grid), max_size=len(grid)), min_size=rows, max_size=rows
+        )
+    )
+    return grid, np.asarray(table, dtype=np.float64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(model_quantiles())
+def test_the_nine_are_monotone_and_within_the_models_range(case):
+    grid, table = case
+    out = to_nine_levels(grid, table)
+    assert out.shape == (table.shape[0], 9) and out.dtype == np.float64
+    assert np.all(np.diff(out, axis=1) >= 0)
+    assert np.all(out >= table.min(axis=1, keepdims=True))
+    assert np.all(out <= table.max(axis=1, keepdims=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(model_quantiles())
+def test_a_shared_level_is_taken_exactly_and_the_others_as_a_plain_interpolation(case):
+    grid, table = case
+    out = to_nine_levels(grid, table)
+    ordered = np.sort(table, axis=1)
+    for j, level in enumerate(QUANTILE_LEVELS):
+        if level in grid:
+            assert np.array_equal(out[:, j], ordered[:, grid.index(level)])
+        for row in range(table.shape[0]):  # np.interp: linear inside, the nearest end outside
+            expected = np.interp(level, grid, ordered[row])
+            assert out[row, j] == pytest.approx(expected, rel=1e-12, abs=1e-9)
+
+
+def test_leading_axes_are_kept_and_the_nine_themselves_map_to_themselves():
+    table = np.arange(2 * 3 * 9, dtype=np.float64).reshape(2, 3, 9)
+    np.testing.assert_array_equal(to_nine_levels(QUANTILE_LEVELS, table), table)
+    chronos = (0.01, 0.05, *QUANTILE_LEVELS, 0.95, 0.99)
+    wide = np.concatenate([table[..., :1] - 2, table[..., :1] - 1, table, table[..., -1:] + 1], -1)
+    wide = np.concatenate([wide, wide[..., -1:] + 1], axis=-1)
+    np.testing.assert_array_equal(to_nine_levels(chronos, wide), table)
+
+
+@pytest.mark.parametrize(
+    ("levels", "shape", "message"),
+    [
+        ((0.1, 0.5, 0.9), (4, 2), "do not match 3 levels"),
+        ((), (4, 0), "do not match 0 levels"),
+        ((0.5, 0.1), (4, 2), "must increase strictly in"),
+        ((0.1, 0.1), (4, 2), "must increase strictly in"),
+        ((0.0, 0.5), (4, 2), "must increase strictly in"),
+        ((0.5, 1.0), (4, 2), "must increase strictly in"),
+    ],
+)
+def test_levels_that_do_not_fit_the_values_are_refused(levels, shape, message):
+    with pytest.raises(ValueError, match=message):
+        to_nine_levels(levels, np.zeros(shape))

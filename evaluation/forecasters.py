@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -90,7 +90,7 @@ class Forecaster(Protocol):
 
     name: str
 
-    def predict(self, batch: list[TaskInput]) -> list[Forecast]: ...
+    def predict(self, batch: list[TaskInput]) -> Sequence[Forecast | NoForecast]: ...
 
 
 class Naive:

@@ -461,20 +461,22 @@ def _model_forecasts(
         return given_up[label]
     forecaster = make_forecaster(model) if isinstance(model, str) else model
     batch = _read_only(inputs)
-    if _isolated(model, timeout):
+    loading = _load_first(forecaster)  # not timed: the latency column is inference alone
+    if loading:
+        return loading
+    if _isolated(model, timeout) and _forkable(forecaster):
         assert timeout is not None
-        loading = _load_before_fork(forecaster)
-        if loading:
-            return loading
         return _predict_in_child(forecaster, batch, timeout)
     return _predict(forecaster, batch)
 
 
-def _load_before_fork(forecaster) -> str:
-    """Load a foundation model's weights in this process before its batch is forked (so
-    every batch's child inherits them instead of loading the checkpoint again); the reason
-    when loading fails (its tasks of this batch fail), else ``""``. Only the toolkit's own
-    adapters are loaded here: a user's model code runs in the child alone."""
+def _load_first(forecaster) -> str:
+    """Load a foundation model's weights in this process before its first batch: a batch's
+    forked child inherits them instead of reading the checkpoint again, and the loading is
+    not counted in the model's ``seconds``. The reason when loading fails (the adapter keeps
+    it: every batch of the model fails with it, the checkpoint is not read again), else
+    ``""``. Only the toolkit's own adapters are loaded here: a user's model code runs in the
+    child alone."""
     from whatif_bench.evaluation.foundation.common import FoundationForecaster
 
     if not isinstance(forecaster, FoundationForecaster):
@@ -484,6 +486,14 @@ def _load_before_fork(forecaster) -> str:
     except Exception as exc:
         return _one_line(f"loading the model raised {type(exc).__name__}: {exc}")
     return ""
+
+
+def _forkable(forecaster) -> bool:
+    """Whether a model can run in a forked child: not a foundation model on a GPU (CUDA and
+    MPS do not survive a fork), which runs in this process, without the time limit."""
+    from whatif_bench.evaluation.foundation.common import FoundationForecaster
+
+    return not isinstance(forecaster, FoundationForecaster) or forecaster.device == "cpu"
 
 
 def _fatal(reason: str) -> bool:

@@ -1,5 +1,9 @@
 """The foundation adapters' shared rules that need no model library: the mapping of a model's
-quantile levels onto the toolkit's nine (``to_nine_levels``)."""
+quantile levels onto the toolkit's nine (``to_nine_levels``), and how the evaluation runs an
+adapter (loaded once and untimed, one failing call failing only its tasks, GPUs not forked).
+The adapters here are stand-ins for a library (``FoundationForecaster`` subclasses with a
+hand-made ``_forecast_group``), to pin the shared behaviour; the real libraries are tested in
+``test_foundation_<library>.py``."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from whatif_bench.evaluation.foundation.common import to_nine_levels
+from whatif_bench.evaluation import Forecast, evaluate
+from whatif_bench.evaluation.foundation.common import FoundationForecaster, to_nine_levels
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
 
 NINE = np.asarray(QUANTILE_LEVELS)
@@ -91,3 +96,89 @@ def test_leading_axes_are_kept_and_the_nine_themselves_map_to_themselves():
 def test_levels_that_do_not_fit_the_values_are_refused(levels, shape, message):
     with pytest.raises(ValueError, match=message):
         to_nine_levels(levels, np.zeros(shape))
+
+
+class StandIn(FoundationForecaster):
+    """A ``FoundationForecaster`` whose "library" repeats the last value, fails on K = 3
+    (``fail_k``), sleeps while it loads (``load_s``) or cannot load at all (``broken``)."""
+
+    adapter = "stand-in"
+    loads: list[int] = []  # the pid of every load, in the process that made the list
+    pids: list[int] = []  # the pid of every call, as seen by this process
+
+    def __init__(self, fail_k=None, load_s=0.0, broken=False, device="cpu") -> None:
+        super().__init__("stand-in/model", device=device, name="stand-in")
+        self.fail_k, self.load_s, self.broken = fail_k, load_s, broken
+
+    def _load(self):
+        import os
+        import time
+
+        type(self).loads.append(os.getpid())
+        time.sleep(self.load_s)
+        if self.broken:
+            raise OSError("no such checkpoint")
+        return object()
+
+    def _forecast_group(self, tasks):
+        import os
+
+        type(self).pids.append(os.getpid())
+        if tasks[0].history_covariates.shape[0] == self.fail_k:
+            raise RuntimeError("the library choked")
+        return [Forecast(point=np.full(t.prediction_length, t.history_target[-1])) for t in tasks]
+
+
+@pytest.fixture
+def fresh():
+    StandIn.loads, StandIn.pids = [], []
+
+
+def test_a_failing_library_call_fails_only_the_tasks_of_that_call(
+    one_target_corpus, tmp_path, fresh
+):
+    result = evaluate(
+        one_target_corpus, ["naive", StandIn(fail_k=3)], tmp_path / "o", progress=False
+    )
+    rows = result.per_task[result.per_task["model"] == "stand-in"]
+    failed = rows[rows["failed"] != ""]
+    assert set(failed["k"]) == {3} and len(failed) == (rows["k"] == 3).sum() > 0
+    assert (
+        failed["failed"]
+        .str.contains("stand-in failed on these tasks: RuntimeError: the library choked")
+        .all()
+    )
+    assert rows.loc[rows["k"] != 3, "wql"].notna().all()
+
+
+def test_the_checkpoint_loads_once_untimed_and_a_broken_one_is_not_read_again(
+    one_target_corpus, tmp_path, fresh
+):
+    import os
+
+    slow = StandIn(load_s=1.0)
+    result = evaluate(
+        one_target_corpus, ["naive", slow], tmp_path / "a", progress=False, model_timeout=None
+    )
+    rows = result.per_task[result.per_task["model"] == "stand-in"]
+    assert StandIn.loads == [os.getpid()] and rows["failed"].eq("").all()
+    assert rows["seconds"].sum() < 0.5  # the 1 s load is not inference time
+    StandIn.loads = []
+    result = evaluate(
+        one_target_corpus, ["naive", StandIn(broken=True)], tmp_path / "b", progress=False
+    )
+    reasons = result.per_task.loc[result.per_task["model"] == "stand-in", "failed"]
+    assert reasons.str.startswith("loading the model raised OSError: no such checkpoint").all()
+    assert len(reasons) == 360 and StandIn.loads == [os.getpid()]  # two batches, one load
+
+
+def test_a_model_on_a_gpu_runs_in_this_process_not_a_forked_child(
+    one_target_corpus, tmp_path, fresh
+):
+    import os
+
+    evaluate(one_target_corpus, ["naive", StandIn(device="mps")], tmp_path / "g", progress=False)
+    assert StandIn.pids and set(StandIn.pids) == {os.getpid()}  # CUDA and MPS do not survive a fork
+    StandIn.pids = []
+    evaluate(one_target_corpus, ["naive", StandIn()], tmp_path / "c", progress=False)
+    assert StandIn.pids == []  # on the CPU every call ran in a child: none was seen here

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from whatif_bench.evaluation.forecasters import Forecast, ModelError, TaskInput
+from whatif_bench.evaluation.forecasters import Forecast, ModelError, NoForecast, TaskInput
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
 
 __all__ = [
@@ -48,6 +48,8 @@ def import_library(module: str, package: str, extra: str):
 
 def library_version(package: str) -> str | None:
     """The installed version of distribution ``package``, or None."""
+    if not package:
+        return None
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -168,6 +170,7 @@ class FoundationForecaster:
         self.device, self.batch_size, self.seed = device, batch_size, seed
         self.name = name or self.adapter
         self._model: Any = None
+        self._load_error: Exception | None = None
         self._pid = os.getpid()  # the process that built it (see _fork_safe_threads)
 
     def params(self) -> dict:
@@ -187,9 +190,17 @@ class FoundationForecaster:
         return {}
 
     def loaded(self) -> Any:
-        """The library's model, built or loaded on first use."""
+        """The library's model, built or loaded on first use. A load that fails raises the
+        same error again on every later call, without reading the checkpoint again (with
+        network access, without trying the download again)."""
+        if self._load_error is not None:
+            raise self._load_error
         if self._model is None:
-            self._model = self._load()
+            try:
+                self._model = self._load()
+            except Exception as exc:
+                self._load_error = exc
+                raise
         return self._model
 
     def _load(self) -> Any:
@@ -219,21 +230,34 @@ class FoundationForecaster:
         if torch is not None and os.getpid() != self._pid:
             torch.set_num_threads(1)
 
-    def predict(self, batch: list[TaskInput]) -> list[Forecast]:
-        out: list[Forecast | None] = [None] * len(batch)
+    def predict(self, batch: list[TaskInput]) -> list[Forecast | NoForecast]:
+        """One forecast per task of ``batch``. A call of the library that fails (it raises,
+        or returns the wrong number of forecasts) fails only the tasks of that call: each
+        gets ``NoForecast`` with the reason, the batch's other schemas and runs are kept."""
+        out: list[Forecast | NoForecast | None] = [None] * len(batch)
         self._fork_safe_threads()
         self.loaded()
         for positions in schema_groups(batch).values():
             for run in batches(positions, self.batch_size):
                 self._seed()
-                forecasts = self._forecast_group([batch[i] for i in run])
-                if len(forecasts) != len(run):
-                    raise ValueError(
-                        f"{self.name}: {len(forecasts)} forecasts for {len(run)} tasks"
-                    )
-                for index, forecast in zip(run, forecasts, strict=True):
+                for index, forecast in zip(run, self._forecast_run(batch, run), strict=True):
                     out[index] = forecast
         return [forecast for forecast in out if forecast is not None]
+
+    def _forecast_run(self, batch: list[TaskInput], run: list[int]) -> list[Forecast | NoForecast]:
+        """``_forecast_group`` on the tasks at ``run``, or a ``NoForecast`` for each of them
+        saying why that call failed."""
+        try:
+            forecasts: list[Forecast | NoForecast] = list(
+                self._forecast_group([batch[i] for i in run])
+            )
+        except Exception as exc:  # a library's failure on these tasks fails them alone
+            text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            return [NoForecast(f"{self.name} failed on these tasks: {text}")] * len(run)
+        if len(forecasts) != len(run):
+            reason = f"{self.name} returned {len(forecasts)} forecasts for {len(run)} tasks"
+            return [NoForecast(reason)] * len(run)
+        return forecasts
 
 
 def _object_label(model: object) -> str:

@@ -9,7 +9,8 @@ A request line::
 A result line has the same ``custom_id`` and either ``response: {"status_code": 200,
 "body": <chat completion>}`` or ``error: {...}``. Results are read into the layout of
 ``whatif llm run`` (``llm_runner`` module doc), one attempt per task; an error, a non-2xx
-status, a truncated or an unparseable answer makes the task imputed, with the reason.
+status, a line holding ``NaN`` or ``Infinity`` (not JSON), a truncated or an unparseable
+answer makes the task imputed, with the reason.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from whatif_bench.evaluation.llm_client import (
     BATCH_URL,
     Attempt,
     LLMError,
+    NonFiniteJSON,
+    loads_strict,
     now_iso,
     read_completion,
     request_body,
@@ -105,22 +108,34 @@ def write_requests(
     return len(lines)
 
 
-def _result_attempt(number: int, item: Any) -> tuple[str, Attempt, str | None]:
-    """(custom_id, attempt, model named in the body) of one result line."""
+def _status(response: Any) -> int | None:
+    status = response.get("status_code") if isinstance(response, dict) else None
+    return status if isinstance(status, int) and not isinstance(status, bool) else None
+
+
+def _result_attempt(
+    where: str, item: Any, text: str, not_json: str | None = None
+) -> tuple[str, Attempt, str | None]:
+    """(custom_id, attempt, model named in the body) of one result line (``where``: the file
+    and line number, for messages; ``text``: the line). ``not_json``: why the line is not
+    strict JSON (``NaN``, ``Infinity``; ``item`` was read leniently): the attempt is unusable,
+    with that reason, and keeps the line as its body."""
     if not isinstance(item, dict) or not isinstance(item.get("custom_id"), str):
-        raise LLMError(f"line {number}: not a batch result (no custom_id)")
+        raise LLMError(f"{where}: not a batch result (no custom_id)")
     custom_id = item["custom_id"]
     response, error = item.get("response"), item.get("error")
+    if not_json is not None:
+        reason = f"the result line is not JSON ({not_json})"
+        return custom_id, Attempt("transient", reason, _status(response), text.strip()), None
     if error:
-        text = json.dumps(error, sort_keys=True)
-        return custom_id, Attempt("fatal", f"batch error: {text[:300]}", body=text), None
-    if not isinstance(response, dict) or not isinstance(response.get("status_code"), int):
-        raise LLMError(
-            f"line {number} ({custom_id}): neither a response with a status_code nor an error"
-        )
+        shown = json.dumps(error, sort_keys=True, allow_nan=False)
+        return custom_id, Attempt("fatal", f"batch error: {shown[:300]}", body=shown), None
+    status = _status(response)
+    if status is None or not isinstance(response, dict):
+        raise LLMError(f"{where} ({custom_id}): neither a response with a status_code nor an error")
     body = response.get("body")
-    text = body if isinstance(body, str) else json.dumps(body, allow_nan=False)
-    attempt = read_completion(int(response["status_code"]), text)
+    body_text = body if isinstance(body, str) else json.dumps(body, allow_nan=False)
+    attempt = read_completion(status, body_text)
     model = body.get("model") if isinstance(body, dict) else None
     return custom_id, attempt, model if isinstance(model, str) else None
 
@@ -154,11 +169,17 @@ def read_results(
             for number, text in enumerate(handle, 1):
                 if not text.strip():
                     continue
+                where = f"{path}, line {number}"
+                not_json = None
                 try:
-                    item = json.loads(text)
+                    try:
+                        item = loads_strict(text)
+                    except NonFiniteJSON as exc:
+                        not_json = str(exc)
+                        item = json.loads(text)  # for its custom_id; the task is imputed
                 except ValueError as exc:
-                    raise LLMError(f"{path}, line {number}: not JSON ({exc})") from None
-                custom_id, attempt, body_model = _result_attempt(number, item)
+                    raise LLMError(f"{where}: not JSON ({exc})") from None
+                custom_id, attempt, body_model = _result_attempt(where, item, text, not_json)
                 match = _CUSTOM_ID.fullmatch(custom_id)
                 if match is None or match.group(1) not in by_name:
                     raise LLMError(
@@ -184,17 +205,20 @@ def read_results(
                 continue
             attempt.time = attempt.time or now_iso()
             values = judge(attempt, line)
-            responses.write_attempt(
-                name, {"task_id": line["task_id"], "attempt": 1, **attempt.record()}
-            )
+            number = responses.write_attempt(name, {"task_id": line["task_id"], **attempt.record()})
             if values is None:
                 record = answer_record(
-                    line, naive_values(line), True, [f"attempt 1: {attempt.reason}"], 1, None
+                    line,
+                    naive_values(line),
+                    True,
+                    [f"attempt {number}: {attempt.reason}"],
+                    number,
+                    None,
                 )
                 record["prompt_tokens"] = attempt.usage.get("prompt_tokens")
                 record["completion_tokens"] = attempt.usage.get("completion_tokens")
             else:
-                record = answer_record(line, values, False, [], 1, attempt)
+                record = answer_record(line, values, False, [], number, attempt)
             responses.write_answer(name, record)
         names = [task_name(line) for line in export.lines]
         answered, imputed = count_records(responses, names)

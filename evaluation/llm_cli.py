@@ -122,7 +122,8 @@ def add_arguments(subparsers) -> None:
         "--max-attempts",
         type=_bounded(MAX_ATTEMPTS, "attempts per task"),
         default=DEFAULT_MAX_ATTEMPTS,
-        help="attempts per task before it is imputed (the naive forecast) (default: %(default)s)",
+        help="attempts per task before it is imputed (the naive forecast); requests that got no "
+        "response at all (refused, dropped) are not counted (default: %(default)s)",
     )
     run.add_argument(
         "--timeout",
@@ -139,6 +140,13 @@ def add_arguments(subparsers) -> None:
         metavar="SECONDS",
         help="cap of the growing wait between attempts (1, 2, 4, ... s); a server's "
         "Retry-After is honoured even if longer (default: %(default)s)",
+    )
+    run.add_argument(
+        "--retry-imputed",
+        action="store_true",
+        help="on a resume, ask again the tasks an earlier run imputed (every attempt failed), "
+        "each with a whole --max-attempts budget; an answer replaces the naive forecast "
+        "(default: off: an imputed task is final)",
     )
     _prompt_options(run)
     run.set_defaults(handler=_run)
@@ -216,6 +224,7 @@ def _run(args: argparse.Namespace) -> int:
         limit=args.limit,
         max_wait=args.max_wait,
         progress=sys.stderr.isatty(),
+        retry_imputed=args.retry_imputed,
     )
     print(summary.line())
     return 0

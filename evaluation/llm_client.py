@@ -4,8 +4,15 @@
 (status, body text, latency, token usage, ``finish_reason``) and how to treat it: ``"ok"``
 (an answer to parse), ``"transient"`` (ask again later: a timeout, a connection error, HTTP 429
 or 5xx, a body that is not a chat completion, a truncated answer) or ``"fatal"`` (asking again
-cannot help: HTTP 401, 403, 400, 404, 422 and any other 4xx). It never raises for what the
-server or the network does; an exception out of ``send`` is a bug in the client.
+cannot help: HTTP 401, 403, 400, 404, 422 and any other 4xx). ``Attempt.network`` says whether
+a response came at all (``None``), or the request timed out (``"timeout"``), lost its
+connection (``"dropped"``) or could not connect (``"unreachable"``: refused, unknown host, no
+route, a certificate refused). It never raises for what the server or the network does; an
+exception out of ``send`` is a bug in the client.
+
+Bodies are read as strict JSON (``loads_strict``): ``NaN``, ``Infinity`` and numbers too large
+for a float are refused (Python's ``json`` accepts them, but they are not JSON and the records
+are written without them), and only non-negative integer token counts are kept from ``usage``.
 
 The API key is read from an environment variable when the client is made, sent only in the
 ``Authorization`` header, and never kept in a ``repr``, an ``Attempt`` or a message: any
@@ -15,10 +22,13 @@ occurrence of it in what the server sends back is replaced by ``[redacted]``.
 from __future__ import annotations
 
 import email.utils
+import errno
 import http.client
 import json
 import math
 import os
+import socket
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -39,6 +49,45 @@ REDACTED = "[redacted]"
 
 class LLMError(WhatIfError):
     """``whatif llm`` cannot run: a bad option, an export or responses folder it cannot use."""
+
+
+class NonFiniteJSON(ValueError):
+    """A text holds ``NaN``, ``Infinity`` or a number beyond a float: not JSON."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise NonFiniteJSON(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NonFiniteJSON(f"{text[:40]} is too large for a float")
+    return value
+
+
+def loads_strict(text: str) -> Any:
+    """``json.loads`` that refuses ``NaN``, ``Infinity`` and numbers that overflow a float
+    (``NonFiniteJSON``, a ``ValueError``), so what it returns can be written back as JSON."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+def clean_usage(usage: Any) -> dict[str, int]:
+    """The token counts of a ``usage`` object: its entries that are non-negative integers
+    (nested details, strings, fractions, negative numbers are dropped)."""
+    if not isinstance(usage, dict):
+        return {}
+    return {
+        str(name): int(value)
+        for name, value in usage.items()
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    }
+
+
+def _finite_or_none(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def chat_url(base_url: str) -> str:
@@ -100,6 +149,13 @@ class Attempt:
     usage: dict[str, Any] = field(default_factory=dict)
     retry_after_s: float | None = None
     time: str = ""
+    network: str | None = None
+
+    @property
+    def connection_failed(self) -> bool:
+        """No response came because of the connection (not a timeout): the request says
+        nothing about the task, only about the endpoint."""
+        return self.network in ("dropped", "unreachable")
 
     def record(self) -> dict[str, Any]:
         """The attempt as a JSON-able dict (the file ``whatif llm run`` writes)."""
@@ -107,13 +163,32 @@ class Attempt:
             "outcome": self.outcome,
             "reason": self.reason,
             "status": self.status,
-            "latency_s": self.latency_s,
+            "network": self.network,
+            "latency_s": _finite_or_none(self.latency_s),
             "finish_reason": self.finish_reason,
-            "usage": self.usage,
-            "retry_after_s": self.retry_after_s,
+            "usage": clean_usage(self.usage),
+            "retry_after_s": _finite_or_none(self.retry_after_s),
             "time": self.time,
             "body": self.body,
         }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Attempt:
+        """The attempt an attempt file (``record()``) holds, its answer read again from the
+        stored body."""
+        status = record.get("status")
+        stored = record.get("body")
+        body = stored if isinstance(stored, str) else ""
+        if isinstance(status, int) and not isinstance(status, bool):
+            attempt = read_completion(status, body)
+        else:
+            attempt = cls("transient", str(record.get("reason")), None, body)
+        attempt.latency_s = _finite_or_none(record.get("latency_s"))
+        attempt.retry_after_s = _finite_or_none(record.get("retry_after_s"))
+        attempt.time = str(record.get("time") or "")
+        network = record.get("network")
+        attempt.network = network if isinstance(network, str) else None
+        return attempt
 
 
 def now_iso() -> str:
@@ -155,14 +230,21 @@ def read_completion(status: int, body: str) -> Attempt:
             body,
         )
     try:
-        data = json.loads(body)
+        data = loads_strict(body)
         choice = data["choices"][0]
         content = choice["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except NonFiniteJSON as exc:
+        return Attempt(
+            "transient",
+            f"HTTP {status} but the body is not JSON ({exc}): {_excerpt(body)}",
+            status,
+            body,
+        )
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return Attempt(
             "transient", f"HTTP {status} but not a chat completion: {_excerpt(body)}", status, body
         )
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    usage = clean_usage(data.get("usage")) if isinstance(data, dict) else {}
     finish = choice.get("finish_reason") if isinstance(choice, dict) else None
     finish = finish if isinstance(finish, str) else None
     if not isinstance(content, str):
@@ -257,18 +339,23 @@ class ChatClient:
                 exc.close()
         except TimeoutError:
             return self._no_response(
-                f"no answer within --timeout {self.timeout:g} s", sent, started
+                f"no answer within --timeout {self.timeout:g} s", sent, started, "timeout"
             )
         except urllib.error.URLError as exc:
             reason = exc.reason
             if isinstance(reason, TimeoutError):
                 return self._no_response(
-                    f"no answer within --timeout {self.timeout:g} s", sent, started
+                    f"no answer within --timeout {self.timeout:g} s", sent, started, "timeout"
                 )
-            return self._no_response(f"connection failed: {reason}", sent, started)
+            return self._no_response(
+                f"connection failed: {reason}", sent, started, _network_failure(reason)
+            )
         except (ConnectionError, http.client.HTTPException, OSError) as exc:
             return self._no_response(
-                f"connection failed: {type(exc).__name__}: {exc}", sent, started
+                f"connection failed: {type(exc).__name__}: {exc}",
+                sent,
+                started,
+                _network_failure(exc),
             )
         latency = time.monotonic() - started
         body = self.redact(raw[:MAX_BODY_BYTES].decode("utf-8", "replace"))
@@ -284,10 +371,24 @@ class ChatClient:
             attempt.reason = self.redact(attempt.reason)
         return attempt
 
-    def _no_response(self, reason: str, sent: str, started: float) -> Attempt:
+    def _no_response(self, reason: str, sent: str, started: float, network: str) -> Attempt:
         return Attempt(
             "transient",
             self.redact(reason),
             latency_s=time.monotonic() - started,
             time=sent,
+            network=network,
         )
+
+
+_UNREACHABLE_ERRNO = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL})
+
+
+def _network_failure(reason: object) -> str:
+    """``"unreachable"`` for a failure to connect at all (refused, unknown host, no route, a
+    certificate refused), else ``"dropped"`` (the connection was made, then lost)."""
+    if isinstance(reason, ConnectionRefusedError | socket.gaierror | ssl.SSLCertVerificationError):
+        return "unreachable"
+    if isinstance(reason, OSError) and reason.errno in _UNREACHABLE_ERRNO:
+        return "unreachable"
+    return "dropped"

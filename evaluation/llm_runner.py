@@ -13,28 +13,39 @@ Layout of a responses folder (``RESPONSES_DIR``)::
 
 ``<task>`` is the export's task folder name (``task-000001``). Every file is written under a
 temporary name and renamed (``outputs.write_text_atomic``); the folder is locked for the
-whole run (``outputs.output_lock``). A task with a final record is done: a second run asks
-only the others. See docs/EXPORT_LLM.md, "Running an LLM".
+whole run (``outputs.output_lock``), and nothing is written into it once the run has stopped
+(``Responses.close``): a request still in flight when the run stops is left behind, its
+answer discarded. A task with a final record is done: a second run asks only the others
+(and, with ``retry_imputed``, the imputed ones again); a task with attempts but no final
+record continues from them (a saved answer is used, the attempt budget is what is left).
+See docs/EXPORT_LLM.md, "Running an LLM".
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
 import json
 import os
+import queue
 import statistics
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from whatif_bench._version import __version__
-from whatif_bench.evaluation.llm_client import Attempt, ChatClient, LLMError, now_iso
+from whatif_bench.evaluation.llm_client import (
+    Attempt,
+    ChatClient,
+    LLMError,
+    loads_strict,
+    now_iso,
+)
 from whatif_bench.export.llm_prompt import (
     FILES,
     FatalModelError,
@@ -64,6 +75,14 @@ FORMAT = "whatif-llm-responses/1"
 DEFAULT_MAX_WAIT_S = 60.0  # growing_wait's own cap
 # the settings a resumed run must repeat; anything else (concurrency, timeout, attempts) may change
 IDENTITY_FIELDS = ("model", "base_url", "max_context", "key_sha256")
+# requests in a row, across tasks, that get no response (connection refused or dropped) before
+# the run stops as "cannot reach": twice the concurrency (every thread failed twice running,
+# after waits of 1 and 2 s), at least 4 (1 + 2 + 4 s of waits with one thread)
+MIN_UNREACHABLE_IN_A_ROW = 4
+
+
+class UnreachableError(FatalModelError):
+    """The endpoint cannot be reached: the run stops instead of imputing an outage."""
 
 
 # ---- the export ---------------------------------------------------------------------------
@@ -110,7 +129,7 @@ def open_export(path: str | os.PathLike) -> Export:
     try:
         raw = (folder / KEY).read_bytes()
         text = raw.decode("utf-8")
-        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        lines = [loads_strict(line) for line in text.splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise LLMError(f"{folder / KEY}: cannot be read as the export's key ({exc})") from None
     needed = ("task_id", "folder", "future_timestamps", "history_last_value", "variables")
@@ -187,17 +206,32 @@ def _dump(data: Any) -> str:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads_strict(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise LLMError(f"{path}: cannot be read ({exc}); delete it or use a new --out") from None
 
 
+class Closed(Exception):  # noqa: N818 - not an error: the run has stopped
+    """Raised by a write into a ``Responses`` that is closed: the run that opened it has
+    stopped, and a request left in flight must not write after it."""
+
+
 class Responses:
-    """A responses folder, opened for writing under its lock (``responses_folder``)."""
+    """A responses folder, opened for writing under its lock (``responses_folder``).
+
+    Every write holds ``_lock``; ``close`` (called before the folder's lock is released)
+    takes it too, so once it returns nothing more is written: a late write raises ``Closed``.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._closed = False
+
+    def close(self) -> None:
+        """Refuse every later write (waiting for one in progress, a single file)."""
+        with self._lock:
+            self._closed = True
 
     def answer_path(self, name: str) -> Path:
         return self.path / ANSWERS / f"{name}.json"
@@ -209,19 +243,51 @@ class Responses:
             return set()
         return {p.stem for p in folder.glob("task-*.json") if p.is_file()}
 
+    def answer(self, name: str) -> dict[str, Any]:
+        """The final record of a task (an ``LLMError`` if it is not one)."""
+        record = _read_json(self.answer_path(name))
+        if not isinstance(record, dict):
+            raise LLMError(f"{self.answer_path(name)}: not a final record; delete it")
+        return record
+
+    def attempts(self, name: str) -> list[dict[str, Any]]:
+        """The attempt records of a task on disk, in their order."""
+        folder = self.path / ATTEMPTS / name
+        records = []
+        for path in sorted(folder.glob("attempt-*.json")):
+            record = _read_json(path)
+            if not isinstance(record, dict):
+                raise LLMError(f"{path}: not an attempt record; delete it or use a new --out")
+            records.append(record)
+        return records
+
     def write_attempt(self, name: str, record: dict[str, Any]) -> int:
-        """Write one attempt's record; returns its number (1, 2, ... across runs)."""
+        """Write one attempt's record with its number (1, 2, ... across runs, the files
+        already there + 1) as ``attempt``; returns the number."""
         folder = self.path / ATTEMPTS / name
         with self._lock:
+            if self._closed:
+                raise Closed(name)
             make_folder(folder)
             number = len(list(folder.glob("attempt-*.json"))) + 1
             path = folder / f"attempt-{number:03d}.json"
-            write_text_atomic(path, _dump(record), lock=False)
+            write_text_atomic(path, _dump_record(path, {**record, "attempt": number}), lock=False)
         return number
 
     def write_answer(self, name: str, record: dict[str, Any]) -> None:
-        make_folder(self.path / ANSWERS)
-        write_text_atomic(self.answer_path(name), _dump(record), lock=False)
+        with self._lock:
+            if self._closed:
+                raise Closed(name)
+            make_folder(self.path / ANSWERS)
+            path = self.answer_path(name)
+            write_text_atomic(path, _dump_record(path, record), lock=False)
+
+
+def _dump_record(path: Path, record: dict[str, Any]) -> str:
+    try:
+        return _dump(record)
+    except (TypeError, ValueError) as exc:  # a bug: every value written is made JSON-safe
+        raise LLMError(f"{path}: cannot write the record ({exc})") from None
 
 
 def _within(inner: str, outer: str) -> bool:
@@ -298,7 +364,11 @@ def responses_folder(
             write_text_atomic(path / KEY, export.key_text, lock=False)
         manifest = {**manifest, "runs": [*manifest.get("runs", []), run]}
         write_text_atomic(path / MANIFEST, _dump(manifest), lock=False)
-        yield Responses(path)
+        responses = Responses(path)
+        try:
+            yield responses
+        finally:
+            responses.close()  # before the lock goes: nothing is written after it
 
 
 def base_manifest(
@@ -398,8 +468,61 @@ def _fatal_message(line: dict[str, Any], attempt: Attempt, client: ChatClient, o
     )
 
 
+def _connection_failed(record: dict[str, Any]) -> bool:
+    """Whether an attempt record got no response because of the connection (refused,
+    dropped); older records without ``network`` are read from their reason."""
+    network = record.get("network")
+    if "network" in record:
+        return network in ("dropped", "unreachable")
+    return record.get("status") is None and str(record.get("reason")).startswith(
+        "connection failed"
+    )
+
+
+def _counts(record: dict[str, Any]) -> bool:
+    """Whether an attempt uses the task's budget (``--max-attempts``): a transient failure
+    where the server answered or timed out. A fatal one stops the run and says nothing of the
+    task; one without a connection says nothing either (and never leads to imputing)."""
+    return record.get("outcome") == "transient" and not _connection_failed(record)
+
+
+class _Reach:
+    """Whether the endpoint can be reached, across the tasks of a run.
+
+    ``note`` returns why the run must stop: the first requests of the run cannot connect at
+    all (refused, unknown host, no route: a wrong --base-url or a server that is down), or
+    ``limit`` requests in a row, across tasks, got no response (refused or dropped).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self.answered = False  # a response (any HTTP status) came in this run
+        self.in_a_row = 0
+
+    def note(self, attempt: Attempt) -> str | None:
+        with self._lock:
+            if attempt.network is None:
+                self.answered, self.in_a_row = True, 0
+                return None
+            if not attempt.connection_failed:  # a timeout: the server is there, or slow
+                return None
+            self.in_a_row += 1
+            if attempt.network == "unreachable" and not self.answered:
+                return str(attempt.reason)
+            if self.in_a_row >= self.limit:
+                return f"{attempt.reason} ({self.in_a_row} requests in a row got no response)"
+            return None
+
+
 class _Task:
-    """One task's attempts, as a thread of the pool runs them."""
+    """One task's attempts, as a thread of the pool runs them.
+
+    It continues from what is on disk (``Responses.attempts``): a saved answer is used
+    without asking again; the budget is ``max_attempts`` less the attempts already counted
+    (``_counts``); attempt numbers continue. ``retry_from`` (``--retry-imputed``): the task
+    has an imputed record after that many attempts, and is asked again with a whole budget.
+    """
 
     def __init__(
         self,
@@ -410,27 +533,61 @@ class _Task:
         max_attempts: int,
         max_wait: float,
         stop: threading.Event,
+        reach: _Reach,
+        retry_from: int = 0,
     ) -> None:
         self.line, self.prompt, self.client, self.responses = line, prompt, client, responses
         self.max_attempts, self.max_wait, self.stop = max_attempts, max_wait, stop
+        self.reach, self.retry_from = reach, retry_from
         self.latencies: list[float] = []
         self.attempts = 0
 
     def __call__(self) -> dict[str, Any] | None:
         try:
             return self._ask()
+        except Closed:
+            return None  # the run stopped while this request was in flight: left behind
         except BaseException:
             self.stop.set()  # before the pool's thread takes the next task
             raise
+
+    def _saved_answer(
+        self, episode: Sequence[dict[str, Any]], reasons: list[str], last: int
+    ) -> dict[str, Any] | None:
+        """The final record of a task whose answer was saved as an attempt, but not its
+        final record (the run was killed in between)."""
+        for record in reversed(episode):
+            if record.get("outcome") != "ok":
+                continue
+            attempt = Attempt.from_record(record)
+            values = judge(attempt, self.line)
+            if values is not None:
+                return answer_record(self.line, values, False, reasons, last, attempt)
+        return None
 
     def _ask(self) -> dict[str, Any] | None:
         if self.stop.is_set():
             return None
         name = task_name(self.line)
-        prompt = self.prompt()
-        reasons: list[str] = []
-        for number in range(1, self.max_attempts + 1):
-            if self.stop.is_set():
+        history = self.responses.attempts(name)
+        last = len(history)  # the number of the last attempt on disk
+        episode = history[min(max(self.retry_from, 0), last) :]
+        reasons = [
+            f"attempt {r.get('attempt', i)}: {r.get('reason')}"
+            for i, r in enumerate(episode, last - len(episode) + 1)
+            if r.get("outcome") != "ok"
+        ]
+        saved = self._saved_answer(episode, reasons, last)
+        if saved is not None:
+            self.responses.write_answer(name, saved)
+            return saved
+        counted = sum(1 for r in episode if _counts(r))
+        prompt: str | None = None
+        tries = dropped = 0  # this run's failed attempts, and its connection failures in a row
+        while counted < self.max_attempts:
+            if prompt is None:
+                prompt = self.prompt()
+            if self.stop.is_set():  # checked last thing before sending
                 return None
             try:
                 attempt = self.client.send(prompt)
@@ -441,32 +598,107 @@ class _Task:
                     f"{self.client.redact(str(exc))}); the run stopped; the answers so far are "
                     f"kept in {self.responses.path}"
                 ) from None
-            self.attempts += 1
-            self.responses.write_attempt(
-                name, {"task_id": self.line["task_id"], "attempt": number, **attempt.record()}
+            unreachable = self.reach.note(attempt)
+            if self.stop.is_set():
+                return None  # another task stopped the run while this one was asked
+            last = self.responses.write_attempt(
+                name, {"task_id": self.line["task_id"], **attempt.record()}
             )
+            self.attempts += 1
             if values is not None:
                 if attempt.latency_s is not None:
                     self.latencies.append(attempt.latency_s)
-                record = answer_record(self.line, values, False, reasons, number, attempt)
+                record = answer_record(self.line, values, False, reasons, last, attempt)
                 self.responses.write_answer(name, record)
                 return record
             if attempt.outcome == "fatal":
                 raise FatalModelError(
                     _fatal_message(self.line, attempt, self.client, self.responses.path)
                 )
-            reasons.append(f"attempt {number}: {attempt.reason}")
-            if number < self.max_attempts:
-                pause = min(growing_wait(number), self.max_wait)
+            reasons.append(f"attempt {last}: {attempt.reason}")
+            if attempt.connection_failed:
+                dropped += 1
+                if unreachable is None and dropped >= self.max_attempts:
+                    unreachable = f"{attempt.reason} ({name}: {dropped} attempts in a row)"
+                if unreachable is not None:
+                    raise UnreachableError(
+                        _unreachable_message(unreachable, self.client, self.responses.path)
+                    )
+            else:
+                dropped = 0
+                counted += 1
+            tries += 1
+            if counted < self.max_attempts:
+                pause = min(growing_wait(tries), self.max_wait)
                 if attempt.retry_after_s is not None:
                     pause = max(pause, attempt.retry_after_s)
                 if self.stop.wait(pause):
                     return None
-        record = answer_record(
-            self.line, naive_values(self.line), True, reasons, self.max_attempts, None
-        )
+        record = answer_record(self.line, naive_values(self.line), True, reasons, last, None)
         self.responses.write_answer(name, record)
         return record
+
+
+def _unreachable_message(reason: str, client: ChatClient, out: Path) -> str:
+    return (
+        f"cannot reach {client.url}: {reason}; check --base-url and that the server is up; "
+        f"the run stopped and imputed nothing: the answers so far are kept in {out}; run the "
+        "same command again to resume"
+    )
+
+
+def run_pool(
+    tasks: Sequence[Callable[[], Any]],
+    concurrency: int,
+    stop: threading.Event,
+    finished: Callable[[], None] = lambda: None,
+) -> None:
+    """Run ``tasks`` on ``concurrency`` daemon threads; ``finished()`` after each one.
+
+    The first exception of a task (or a KeyboardInterrupt here) sets ``stop`` and is raised at
+    once, without waiting for the tasks still running: their threads are daemons, left to
+    end by themselves (a request in flight ends within its timeout, or with the process), and
+    take no new task once ``stop`` is set.
+    """
+    waiting = collections.deque(tasks)
+    results: queue.Queue[BaseException | None] = queue.Queue()
+    take = threading.Lock()
+
+    def work() -> None:
+        while not stop.is_set():
+            with take:
+                if not waiting:
+                    return
+                task = waiting.popleft()
+            try:
+                task()
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                stop.set()
+                results.put(exc)
+                return
+            results.put(None)
+
+    threads = [
+        threading.Thread(target=work, name=f"whatif-llm-{i + 1}", daemon=True)
+        for i in range(min(concurrency, len(tasks)))
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        done = 0
+        while done < len(tasks):
+            try:
+                error = results.get(timeout=0.2)
+            except queue.Empty:
+                if not any(thread.is_alive() for thread in threads) and results.empty():
+                    raise RuntimeError("the LLM threads ended before their tasks") from None
+                continue
+            if error is not None:
+                raise error
+            done += 1
+            finished()
+    finally:
+        stop.set()
 
 
 def _progress_bar(total: int, initial: int, enabled: bool, desc: str):
@@ -505,6 +737,7 @@ def run(
     limit: int | None = None,
     max_wait: float = DEFAULT_MAX_WAIT_S,
     progress: bool = False,
+    retry_imputed: bool = False,
 ) -> RunSummary:
     """Ask ``model`` at ``base_url`` every task of the export (the first ``limit``), with up to
     ``concurrency`` requests at once, and write the responses folder ``out`` (module doc).
@@ -513,7 +746,10 @@ def run(
     ``min(growing_wait(n), max_wait)`` seconds after failed attempt ``n`` (at least the
     server's Retry-After); then it is imputed (the naive forecast, with the reasons). A fatal
     failure (``llm_client`` module doc) or a bug in the client stops the run with one
-    ``FatalModelError``; what was answered stays on disk and the next run resumes.
+    ``FatalModelError``; an endpoint that cannot be reached (``_Reach``; a task whose
+    ``max_attempts`` requests in a row got no response) stops it with an ``UnreachableError``
+    instead of imputing. A stop does not wait for the requests in flight. What was answered
+    stays on disk and the next run resumes; ``retry_imputed`` asks the imputed tasks again.
     """
     for label, value, low in (
         ("concurrency", concurrency, 1),
@@ -542,13 +778,24 @@ def run(
         "temperature": temperature,
         "max_tokens": max_tokens,
         "limit": limit,
+        "retry_imputed": retry_imputed,
     }
     lines = export.lines[:limit] if limit is not None else export.lines
     names = [task_name(line) for line in lines]
     with responses_folder(out, export, manifest, settings) as responses:
         done = responses.done()
-        pending = [line for line in lines if task_name(line) not in done]
+        retry_from: dict[str, int] = {}
+        if retry_imputed:
+            for name in sorted(done & set(names)):
+                record = responses.answer(name)
+                if record.get("imputed"):
+                    number = record.get("attempts")
+                    retry_from[name] = number if isinstance(number, int) else 0
+        pending = [
+            line for line in lines if task_name(line) not in done or task_name(line) in retry_from
+        ]
         stop = threading.Event()
+        reach = _Reach(max(2 * concurrency, MIN_UNREACHABLE_IN_A_ROW))
         tasks = [
             _Task(
                 line,
@@ -558,26 +805,16 @@ def run(
                 max_attempts,
                 max_wait,
                 stop,
+                reach,
+                retry_from.get(task_name(line), 0),
             )
             for line in pending
         ]
         bar = _progress_bar(len(lines), len(lines) - len(pending), progress, "llm run")
-        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="whatif-llm")
         try:
-            futures = {pool.submit(task) for task in tasks}
-            remaining = set(futures)
-            while remaining:
-                finished, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
-                for future in finished:
-                    future.result()  # a fatal failure stops the run here
-                    bar.update(1)
-        except BaseException:
-            stop.set()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+            run_pool(tasks, concurrency, stop, lambda: bar.update(1))
         finally:
             bar.close()
-            pool.shutdown(wait=True)
         answered, imputed = count_records(responses, names)
         latencies = [s for task in tasks for s in task.latencies]
         return RunSummary(

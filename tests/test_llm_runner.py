@@ -3,14 +3,19 @@
 The server speaks the chat-completions format: it recognises the task of each prompt (by its
 future tables), answers with the truth from the export's key (a perfect model), and follows a
 per-task script of misbehaviour (500, 429 with Retry-After, a truncated or unparseable answer,
-a slow answer, 401). It records every request, the Authorization headers and the largest
-number of requests in flight.
+a slow answer, an answer held until the next ``reset``, a dropped connection, NaN in the body,
+401). It records every request, the Authorization headers and the largest number of requests
+in flight.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -69,6 +74,8 @@ class Server:
         self.in_flight = self.max_in_flight = 0
         self.delay = 0.0
         self.lock = threading.Lock()
+        self.generation = 0
+        self.wake = threading.Event()  # set by reset: releases the "sleep" answers
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -92,6 +99,9 @@ class Server:
             self.prompts.clear()
             self.in_flight = self.max_in_flight = 0
             self.delay = delay
+            self.generation += 1
+            self.wake.set()
+            self.wake = threading.Event()
 
     def count(self, name: str | None = None) -> int:
         return sum(1 for r in self.requests if name is None or r[0] == name)
@@ -109,19 +119,29 @@ class Server:
             self.prompts[name] = prompt
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            generation, wake = self.generation, self.wake
         try:
             time.sleep(self.delay)
+            if behaviour == "sleep":
+                wake.wait(30)
             self.respond(handler, behaviour, line, body)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a slow answer beyond its timeout)
         finally:
             with self.lock:
-                self.in_flight -= 1
+                if generation == self.generation:
+                    self.in_flight -= 1
 
     def respond(self, handler, behaviour: str, line: dict, body: dict) -> None:
         headers: dict[str, str] = {}
         status, finish = 200, "stop"
         content = answer_text(line, line["future_target"])
+        if behaviour == "drop":  # close the connection without a response
+            handler.close_connection = True
+            return
+        if behaviour == "late401":
+            time.sleep(0.5)
+            behaviour = "401"
         if behaviour == "naive":
             content = answer_text(line, [line["history_last_value"]] * len(line["future_target"]))
         elif behaviour == "slow":
@@ -156,6 +176,13 @@ class Server:
                     },
                 }
             )
+            odd = {"prompt_tokens": -3, "completion_tokens": 2.5, "total_tokens": 12, "x": {}}
+            if behaviour == "nan":  # json.dumps writes NaN, as some servers do
+                text = text.replace('"prompt_tokens": ', '"prompt_tokens": NaN, "was": ')
+            elif behaviour == "huge":
+                text = text.replace('"prompt_tokens": ', '"prompt_tokens": 1e400, "was": ')
+            elif behaviour == "odd-usage":
+                text = text[: text.index('"usage"')] + f'"usage": {json.dumps(odd)}}}'
         data = text.encode()
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json")
@@ -212,7 +239,15 @@ def server(export, lines):
 def endpoint(server, monkeypatch):
     server.reset()
     monkeypatch.setenv(KEY_ENV, SECRET)
-    return server
+    yield server
+    # a stopped run leaves its requests in flight behind (daemon threads): let them end here,
+    # so that none reaches the server during the next test
+    server.reset()  # releases the answers held by "sleep"
+    deadline = time.monotonic() + 15
+    for thread in threading.enumerate():
+        if thread.name.startswith("whatif-llm-"):
+            thread.join(max(0.0, deadline - time.monotonic()))
+    server.reset()
 
 
 def name_of(line: dict) -> str:
@@ -738,3 +773,283 @@ def test_score_refuses_another_corpus(capsys, tmp_path, one_target_corpus, expor
     )
     assert code == 1 and "the export was not made from this corpus" in stderr
     assert not (tmp_path / "e").exists()
+
+
+# ---- stops, outages and resumes -------------------------------------------------------------
+
+
+def closed_port_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"  # nothing listens there once the probe is closed
+
+
+def one_error(stderr: str) -> str:
+    errors = [t for t in stderr.splitlines() if t.startswith("error:")]
+    assert len(errors) == 1 and stderr.strip() == errors[0], stderr
+    return errors[0]
+
+
+def test_a_fatal_stop_does_not_wait_for_requests_in_flight(
+    capsys, tmp_path, export, lines, endpoint
+):
+    endpoint.reset(
+        {name_of(lines[0]): ["sleep"], name_of(lines[1]): ["sleep"], name_of(lines[2]): ["late401"]}
+    )
+    out = tmp_path / "r"
+    started = time.monotonic()
+    code, _, stderr = llm_run(
+        capsys, export, out, endpoint, "--limit", "3", "--concurrency", "3", "--timeout", "60"
+    )
+    assert time.monotonic() - started < 5  # not the 30 s the two others are held
+    assert code == 1 and "HTTP 401" in one_error(stderr)
+    assert endpoint.count() == 3  # the two held by the server were left behind
+    endpoint.reset()  # they are answered now, after the run has stopped ...
+    time.sleep(0.5)
+    for line in lines[:2]:  # ... and write nothing into the folder
+        assert not (out / "attempts" / name_of(line)).exists()
+    assert not (out / "answers").exists() or not list((out / "answers").iterdir())
+    code, stdout, _ = llm_run(capsys, export, out, endpoint, "--limit", "3")
+    assert code == 0 and "3 answered" in stdout and endpoint.count() == 3
+
+
+def test_ctrl_c_stops_at_once_and_a_second_run_resumes(capsys, tmp_path, export, lines, endpoint):
+    endpoint.reset({name_of(lines[1]): ["sleep"], name_of(lines[2]): ["sleep"]})
+    out = tmp_path / "r"
+    common = ["--limit", "4", "--max-context", "8", "--api-key-env", KEY_ENV, "--max-wait", "0"]
+    command = [sys.executable, "-m", "whatif_bench.cli", "llm", "run", str(export)]
+    command += ["--base-url", endpoint.url, "--model", MODEL, "--out", str(out), *common]
+    process = subprocess.Popen(
+        [*command, "--concurrency", "2", "--timeout", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while endpoint.count() < 3:  # task 1 answered, tasks 2 and 3 held by the server
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)
+        sent = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=20)
+        assert time.monotonic() - sent < 5
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1].startswith("interrupted; the answers so far are kept")
+    assert "Traceback" not in stderr
+    assert answer_of(out, lines[0])["imputed"] is False
+    assert sorted(p.name for p in (out / "answers").iterdir()) == [f"{name_of(lines[0])}.json"]
+    endpoint.reset()
+    code, stdout, _ = llm_run(capsys, export, out, endpoint, *common)
+    assert code == 0 and "4 answered" in stdout and "(1 done before)" in stdout
+    assert sorted(r[0] for r in endpoint.requests) == [name_of(line) for line in lines[1:4]]
+
+
+def test_an_unreachable_endpoint_stops_the_run_instead_of_imputing(
+    capsys, tmp_path, export, endpoint
+):
+    out = tmp_path / "r"
+    started = time.monotonic()
+    code, _, stderr = run_main(
+        capsys,
+        "llm",
+        "run",
+        str(export),
+        "--base-url",
+        closed_port_url(),
+        "--model",
+        MODEL,
+        "--out",
+        str(out),
+        "--max-attempts",
+        "2",
+        "--concurrency",
+        "2",
+        "--limit",
+        "3",
+    )
+    error = one_error(stderr)
+    assert code == 1 and "cannot reach http://127.0.0.1:" in error and "refused" in error
+    assert "imputed nothing" in error and time.monotonic() - started < 5
+    assert not (out / "answers").exists() or not list((out / "answers").iterdir())
+
+
+def test_dropped_connections_stop_the_run_and_a_resume_continues_the_attempts(
+    capsys, tmp_path, export, lines, endpoint
+):
+    endpoint.reset({name_of(lines[1]): ["drop"] * 5})
+    out = tmp_path / "r"
+    args = ["--limit", "2", "--concurrency", "1", "--max-attempts", "2", "--max-context", "8"]
+    code, _, stderr = llm_run(capsys, export, out, endpoint, *args)
+    error = one_error(stderr)
+    assert code == 1 and "cannot reach" in error and "2 attempts in a row" in error
+    assert not (out / "answers" / f"{name_of(lines[1])}.json").exists()  # not imputed
+    assert [a["network"] for a in attempts_of(out, lines[1])] == ["dropped", "dropped"]
+    endpoint.reset()
+    code, stdout, _ = llm_run(capsys, export, out, endpoint, *args)
+    assert code == 0 and "2 answered, 0 imputed" in stdout and endpoint.count() == 1
+    record = answer_of(out, lines[1])
+    assert record["attempts"] == 3 and len(record["reasons"]) == 2
+    assert [a["attempt"] for a in attempts_of(out, lines[1])] == [1, 2, 3]
+
+
+def test_many_requests_in_a_row_without_a_response_stop_the_run(
+    capsys, tmp_path, export, lines, endpoint
+):
+    endpoint.reset({name_of(line): ["drop"] * 20 for line in lines[:4]})
+    code, _, stderr = llm_run(
+        capsys, export, tmp_path / "r", endpoint, "--limit", "4", "--concurrency", "2"
+    )
+    error = one_error(stderr)
+    assert code == 1 and "cannot reach" in error and "4 requests in a row" in error
+    assert endpoint.count() <= 6  # 4, and at most the other thread's request in flight
+
+
+def test_a_task_stopped_mid_retry_continues_its_budget(capsys, tmp_path, export, lines, endpoint):
+    endpoint.reset({name_of(lines[0]): ["garbage", "401"]})
+    out = tmp_path / "r"
+    args = ["--limit", "1", "--max-attempts", "2", "--max-context", "8"]
+    assert llm_run(capsys, export, out, endpoint, *args)[0] == 1
+    endpoint.reset({name_of(lines[0]): ["garbage"] * 5})
+    code, stdout, _ = llm_run(capsys, export, out, endpoint, *args)
+    # the garbage answer of the first run counted; the 401 did not: one attempt was left
+    assert code == 0 and "1 imputed" in stdout and endpoint.count() == 1
+    record = answer_of(out, lines[0])
+    assert record["imputed"] and record["attempts"] == 3 and len(record["reasons"]) == 3
+
+
+def test_a_saved_answer_without_its_final_record_is_not_asked_again(
+    capsys, tmp_path, export, lines, endpoint
+):
+    out = tmp_path / "r"
+    args = ["--limit", "1", "--max-context", "8"]
+    assert llm_run(capsys, export, out, endpoint, *args)[0] == 0
+    before = answer_of(out, lines[0])
+    (out / "answers" / f"{name_of(lines[0])}.json").unlink()  # killed between the two writes
+    endpoint.reset()
+    code, stdout, _ = llm_run(capsys, export, out, endpoint, *args)
+    assert code == 0 and endpoint.count() == 0 and "1 answered" in stdout
+    after = answer_of(out, lines[0])
+    assert {k: v for k, v in after.items() if k != "time"} == {
+        k: v for k, v in before.items() if k != "time"
+    }
+
+
+def test_retry_imputed_asks_the_imputed_tasks_again(capsys, tmp_path, export, lines, endpoint):
+    endpoint.reset({name_of(lines[0]): ["garbage"] * 2})
+    out = tmp_path / "r"
+    args = ["--limit", "2", "--max-attempts", "2", "--max-context", "8"]
+    code, stdout, _ = llm_run(capsys, export, out, endpoint, *args)
+    assert code == 0 and "1 answered, 1 imputed" in stdout
+    endpoint.reset()
+    assert llm_run(capsys, export, out, endpoint, *args)[0] == 0 and endpoint.count() == 0
+    code, stdout, _ = llm_run(capsys, export, out, endpoint, *args, "--retry-imputed")
+    assert code == 0 and "2 answered, 0 imputed" in stdout and "(1 done before)" in stdout
+    assert [r[0] for r in endpoint.requests] == [name_of(lines[0])]
+    record = answer_of(out, lines[0])
+    assert record["imputed"] is False and record["attempts"] == 3 and record["reasons"] == []
+    assert np.array_equal(np.float32(record["values"]), np.float32(lines[0]["future_target"]))
+    endpoint.reset()
+    code, _, _ = llm_run(capsys, export, out, endpoint, *args, "--retry-imputed")
+    assert code == 0 and endpoint.count() == 0
+
+
+def test_nan_or_overflow_in_a_body_is_a_transient_bad_answer(
+    capsys, tmp_path, export, lines, endpoint
+):
+    endpoint.reset({name_of(lines[0]): ["nan", "huge", "odd-usage"]})
+    out = tmp_path / "r"
+    args = ["--limit", "1", "--max-context", "8"]
+    code, stdout, stderr = llm_run(capsys, export, out, endpoint, *args)
+    assert code == 0 and "1 answered" in stdout, stderr
+    first, second, third = attempts_of(out, lines[0])
+    assert first["outcome"] == "transient" and "NaN is not a JSON number" in first["reason"]
+    assert "NaN" in first["body"]  # kept as received
+    assert second["outcome"] == "transient" and "too large" in second["reason"]
+    assert third["outcome"] == "ok" and third["usage"] == {"total_tokens": 12}
+    record = answer_of(out, lines[0])
+    assert record["prompt_tokens"] is None and record["completion_tokens"] is None
+    assert llm_run(capsys, export, out, endpoint, *args)[0] == 0  # and resumes
+
+
+def test_a_closed_responses_folder_refuses_writes(tmp_path):
+    from whatif_bench.evaluation.llm_runner import Closed, Responses
+
+    responses = Responses(tmp_path)
+    assert responses.write_attempt("task-000001", {"outcome": "ok"}) == 1
+    responses.close()
+    with pytest.raises(Closed):
+        responses.write_attempt("task-000001", {"outcome": "ok"})
+    with pytest.raises(Closed):
+        responses.write_answer("task-000001", {})
+    assert len(list((tmp_path / "attempts" / "task-000001").iterdir())) == 1
+
+
+# ---- batch results with bad lines, answers of another corpus --------------------------------
+
+
+def completion(line: dict, usage: str = '{"prompt_tokens": 5}') -> str:
+    message = {"role": "assistant", "content": answer_text(line, line["future_target"])}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    body = json.dumps({"model": MODEL, "choices": [choice]})[:-1] + f', "usage": {usage}}}'
+    return f'{{"custom_id": "{name_of(line)}", "response": {{"status_code": 200, "body": {body}}}}}'
+
+
+def test_batch_read_imputes_a_result_with_nan_and_resumes(capsys, tmp_path, export, lines):
+    results = tmp_path / "results.jsonl"
+    results.write_text(completion(lines[0], '{"prompt_tokens": NaN}') + "\n" + completion(lines[1]))
+    out = tmp_path / "r"
+    command = ["llm", "batch-read", str(export), str(results), "--out", str(out)]
+    code, stdout, stderr = run_main(capsys, *command)
+    assert code == 0 and "1 answered, 1 imputed" in stdout, stderr
+    record = answer_of(out, lines[0])
+    assert record["imputed"] and "not JSON (NaN is not a JSON number)" in record["reasons"][0]
+    assert answer_of(out, lines[1])["prompt_tokens"] == 5
+    code, stdout, _ = run_main(capsys, *command)
+    assert code == 0 and "(2 done before)" in stdout
+
+
+def test_a_bad_batch_result_line_names_the_file(capsys, tmp_path, export, lines):
+    results = tmp_path / "results.jsonl"
+    results.write_text(completion(lines[0]) + "\n[1, 2]\n")
+    code, _, stderr = run_main(
+        capsys, "llm", "batch-read", str(export), str(results), "--out", str(tmp_path / "r")
+    )
+    error = one_error(stderr)
+    assert code == 1 and f"{results}, line 2: not a batch result (no custom_id)" in error
+
+
+@pytest.mark.parametrize("change", ["last value", "steps", "first timestamp"])
+def test_answers_of_another_corpus_are_not_scored(
+    capsys, tmp_path, one_target_corpus, export, lines, endpoint, change
+):
+    from whatif_bench.evaluation.forecasters import Forecast, NoForecast
+    from whatif_bench.evaluation.llm_answers import LLMAnswers
+    from whatif_bench.generator import Corpus
+
+    out = tmp_path / "r"
+    assert llm_run(capsys, export, out, endpoint, "--limit", "2", "--max-context", "8")[0] == 0
+    with Corpus(one_target_corpus) as corpus:
+        inputs = [corpus[line["task_id"]].input_data() for line in lines[:2]]
+    given = LLMAnswers(out).predict(inputs)
+    assert all(isinstance(f, Forecast) for f in given)
+    key = out / "key.jsonl"
+    first, *rest = key.read_text().splitlines()
+    line = json.loads(first)
+    if change == "last value":
+        line["history_last_value"] += 1.0
+    elif change == "steps":
+        line["future_timestamps"] = line["future_timestamps"][:-1]
+    else:
+        stamps = pd.DatetimeIndex(line["future_timestamps"]) + pd.Timedelta(hours=1)
+        line["future_timestamps"] = [s.isoformat() for s in stamps]
+    key.write_text("\n".join([json.dumps(line), *rest]) + "\n")
+    changed, same = LLMAnswers(out).predict(inputs)
+    assert isinstance(changed, NoForecast) and isinstance(same, Forecast)
+    assert f"the answer of {lines[0]['task_id']} was made from another corpus" in changed.reason

@@ -223,10 +223,13 @@ def test_a_missing_checkpoint_is_a_model_error_and_nothing_is_downloaded(tmp_pat
     assert list(tmp_path.iterdir()) == []  # no download lock, no partial file
 
 
-def test_a_task_without_a_time_axis_is_a_model_error(model):
+def test_a_task_without_a_time_axis_fails_with_the_reason(model):
+    from whatif_bench.evaluation.forecasters import NoForecast
+
     bare = TaskInput(np.arange(300.0), np.ones((1, 300)), np.ones((1, 8)))
-    with pytest.raises(ModelError, match="start time and step"):
-        model.predict([bare])
+    (forecast,) = model.predict([bare])
+    assert isinstance(forecast, NoForecast)  # the call fails, not the batch (common.predict)
+    assert "ModelError: " in forecast.reason and "start time and step" in forecast.reason
 
 
 def test_telemetry_is_switched_off_unless_the_environment_says_otherwise(checkpoint, monkeypatch):

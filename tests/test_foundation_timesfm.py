@@ -194,9 +194,11 @@ def test_a_cuda_device_without_cuda_is_a_model_error(tasks):
         TimesFMForecaster(tiny_timesfm(), device="cuda").predict(tasks[0][:1])
 
 
-def test_a_horizon_beyond_the_models_limit_is_a_model_error(model):
-    from whatif_bench.evaluation.forecasters import TaskInput
+def test_a_horizon_beyond_the_models_limit_fails_that_task_with_the_reason(model):
+    from whatif_bench.evaluation.forecasters import NoForecast, TaskInput
 
     task = TaskInput(np.ones(64), np.ones((1, 64)), np.ones((1, 16_384)))
-    with pytest.raises(ModelError, match="horizon of 16384 steps is beyond TimesFM 2.5"):
-        TimesFMForecaster(model).predict([task])
+    (forecast,) = TimesFMForecaster(model).predict([task])
+    assert isinstance(forecast, NoForecast)  # the call fails, not the batch (common.predict)
+    assert "ModelError: " in forecast.reason
+    assert "horizon of 16384 steps is beyond TimesFM 2.5" in forecast.reason

@@ -1053,3 +1053,32 @@ def test_answers_of_another_corpus_are_not_scored(
     changed, same = LLMAnswers(out).predict(inputs)
     assert isinstance(changed, NoForecast) and isinstance(same, Forecast)
     assert f"the answer of {lines[0]['task_id']} was made from another corpus" in changed.reason
+
+
+def test_evaluate_with_llm_dir_scores_the_answers_as_llm_score_does(
+    capsys, scored, lines, one_target_corpus
+):
+    """``whatif evaluate --models naive,llm:DIR`` on the whole corpus: the exported tasks get
+    the scores ``llm score`` gave them; a corpus task the export left out fails, named."""
+    root, _, _ = scored
+    out = root / "eval-through-evaluate"
+    code, _, stderr = run_main(
+        capsys,
+        "evaluate",
+        str(one_target_corpus),
+        "--models",
+        f"naive,llm:{root / 'run'}",
+        "--out",
+        str(out),
+    )
+    per_task = pd.read_parquet(out / "per_task.parquet")
+    llm = per_task[per_task["model"] == "llm-test-model-v1"].set_index("task_id")
+    exported = [line["task_id"] for line in lines]
+    scored_before = pd.read_parquet(root / "eval-run" / "per_task.parquet")
+    before = scored_before[scored_before["model"] == "llm-test-model-v1"].set_index("task_id")
+    pd.testing.assert_series_equal(llm.loc[exported, "wql"], before.loc[exported, "wql"])
+    assert llm.loc[exported, "imputed"].sum() == 2
+    left_out = llm.drop(exported)
+    assert code == (1 if len(left_out) else 0)
+    assert left_out["failed"].str.contains("no answer for").all()
+    assert "Traceback" not in stderr

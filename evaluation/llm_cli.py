@@ -7,7 +7,7 @@ import argparse
 import math
 import sys
 
-from whatif_bench.cli_types import MAX_WAIT_S, positive_int, seconds_float
+from whatif_bench.cli_types import MAX_WAIT_S, bounded_int, positive_int, seconds_float
 
 DEFAULT_CONCURRENCY = 4
 DEFAULT_MAX_ATTEMPTS = 10
@@ -15,17 +15,6 @@ DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_WAIT_S = 60.0  # llm_runner.DEFAULT_MAX_WAIT_S, without importing it for --help
 MAX_CONCURRENCY = 256
 MAX_ATTEMPTS = 1000
-
-
-def _bounded(top: int, what: str):
-    def parse(text: str) -> int:
-        value = positive_int(text)
-        if value > top:
-            raise argparse.ArgumentTypeError(f"must be between 1 and {top:,} ({what}), got {value}")
-        return value
-
-    parse.__name__ = "bounded_int"
-    return parse
 
 
 def wait_seconds(text: str) -> float:
@@ -114,13 +103,13 @@ def add_arguments(subparsers) -> None:
     )
     run.add_argument(
         "--concurrency",
-        type=_bounded(MAX_CONCURRENCY, "requests at once"),
+        type=bounded_int(MAX_CONCURRENCY, "requests at once"),
         default=DEFAULT_CONCURRENCY,
         help="requests in flight at once (threads) (default: %(default)s)",
     )
     run.add_argument(
         "--max-attempts",
-        type=_bounded(MAX_ATTEMPTS, "attempts per task"),
+        type=bounded_int(MAX_ATTEMPTS, "attempts per task"),
         default=DEFAULT_MAX_ATTEMPTS,
         help="attempts per task before it is imputed (the naive forecast); requests that got no "
         "response at all (refused, dropped) are not counted (default: %(default)s)",

@@ -22,6 +22,7 @@ from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
 __all__ = [
     "FoundationForecaster",
     "batches",
+    "check_whole_number",
     "covariate_names",
     "import_library",
     "library_version",
@@ -123,9 +124,20 @@ def _check_options(name: str, device: str, batch_size: int, seed: int) -> None:
             f"{name}: device must be one of {', '.join(DEVICES)} (cuda:N for one GPU), got "
             f"{device!r}"
         )
-    for label, value, least in (("batch_size", batch_size, 1), ("seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ModelError(f"{name}: {label} must be a whole number >= {least}, got {value!r}")
+    check_whole_number(name, "batch_size", batch_size, least=1)
+    check_whole_number(name, "seed", seed, least=0)
+
+
+def check_whole_number(
+    adapter: str, label: str, value: object, least: int = 1, optional: bool = False
+) -> None:
+    """An adapter's integer option: a whole number >= ``least`` (not a bool), or None when
+    ``optional``; else a ``ModelError`` naming the adapter and the option."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        allowed = f"a whole number >= {least}" + (" or None" if optional else "")
+        raise ModelError(f"{adapter}: {label} must be {allowed}, got {value!r}")
 
 
 class FoundationForecaster:

@@ -47,6 +47,7 @@ import numpy as np
 from whatif_bench.evaluation.forecasters import Forecast, ModelError, TaskInput
 from whatif_bench.evaluation.foundation.common import (
     FoundationForecaster,
+    check_whole_number,
     import_library,
     library_version,
     to_nine_levels,
@@ -123,16 +124,8 @@ class TabPFNTSForecaster(FoundationForecaster):
                 f"TabPFN's cache folder) or a TabPFN version {list(TABPFN_VERSIONS)}, got "
                 f"{model!r}"
             )
-        for label, value in (
-            ("max_context_length", max_context_length),
-            ("n_estimators", n_estimators),
-        ):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ModelError(
-                    f"tabpfn-ts: {label} must be a whole number >= 1 or None, got {value!r}"
-                )
+        check_whole_number("tabpfn-ts", "max_context_length", max_context_length, optional=True)
+        check_whole_number("tabpfn-ts", "n_estimators", n_estimators, optional=True)
         super().__init__(str(model), device=device, batch_size=batch_size, seed=seed, name=name)
         self.max_context_length = max_context_length
         self.n_estimators = n_estimators

@@ -35,6 +35,7 @@ import numpy as np
 from whatif_bench.evaluation.forecasters import Forecast, ModelError, TaskInput
 from whatif_bench.evaluation.foundation.common import (
     FoundationForecaster,
+    check_whole_number,
     covariate_names,
     import_library,
     to_nine_levels,
@@ -86,12 +87,7 @@ class TimesFMForecaster(FoundationForecaster):
         ridge: float = 0.0,
     ) -> None:
         super().__init__(model, device=device, batch_size=batch_size, seed=seed, name=name)
-        if max_context is not None and (
-            isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1
-        ):
-            raise ModelError(
-                f"timesfm: max_context must be a whole number >= 1 or None, got {max_context!r}"
-            )
+        check_whole_number("timesfm", "max_context", max_context, optional=True)
         if xreg_mode not in XREG_MODES:
             raise ModelError(f"timesfm: xreg_mode must be one of {XREG_MODES}, got {xreg_mode!r}")
         if (

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from whatif_bench.corpus import select_tasks
 from whatif_bench.evaluation.forecasters import BASELINES, TaskInput, make_forecaster
 from whatif_bench.evaluation.metrics import score
-from whatif_bench.evaluation.runner import select_tasks
 from whatif_bench.generator import Corpus, GenerationConfig, generate
 from whatif_bench.simulators import shipped_baselines_path
 

@@ -7,19 +7,7 @@ import math
 import sys
 
 from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
-from whatif_bench.cli_types import MAX_WAIT_S, bounded_int, seed_int
-
-
-def fraction(text: str) -> float:
-    """``--subset``: a number in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 < value <= 1.0:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text!r}")
-    return value
-
+from whatif_bench.cli_types import MAX_WAIT_S, bounded_int, fraction, seed_int
 
 # The baselines' names, for --help without importing numpy; tests/test_forecasters.py checks
 # them against forecasters.BASELINES, which --models is validated against.
@@ -226,8 +214,8 @@ def _note(message: str) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from whatif_bench.corpus import check_corpus_file
     from whatif_bench.evaluation.runner import check_out_folder, evaluate
-    from whatif_bench.generator.corpus import check_corpus_file
 
     specs = parse_models(args.models)
     check_corpus_file(args.corpus)  # the cause: missing, a folder, a FIFO, a loop, empty

@@ -27,14 +27,14 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from whatif_bench._version import __version__
+
+# What a model may see, defined with the corpus's Task (corpus/task.py); importable from here
+# too, as the forecaster interface has always named it.
+from whatif_bench.corpus import TaskInput as TaskInput
+from whatif_bench.corpus import frequency_alias as frequency_alias
+from whatif_bench.corpus import utc_naive as utc_naive
 from whatif_bench.errors import WhatIfError
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
-
-# What a model may see, defined with the corpus's Task (generator/task.py); importable from here
-# too, as the forecaster interface has always named it.
-from whatif_bench.generator.task import TaskInput as TaskInput
-from whatif_bench.generator.task import frequency_alias as frequency_alias
-from whatif_bench.generator.task import utc_naive as utc_naive
 
 
 class ModelError(WhatIfError, ValueError):

@@ -46,7 +46,7 @@ from whatif_bench.evaluation.llm_client import (
     loads_strict,
     now_iso,
 )
-from whatif_bench.export.llm_prompt import (
+from whatif_bench.evaluation.llm_prompt import (
     FILES,
     FatalModelError,
     growing_wait,

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-QUANTILE_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+from whatif_bench.corpus import QUANTILE_LEVELS
+
+__all__ = ["QUANTILE_LEVELS", "quantile_loss", "score", "wape", "wql"]
 
 
 def quantile_loss(y_true: np.ndarray, q_pred: np.ndarray, levels: np.ndarray) -> np.ndarray:

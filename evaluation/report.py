@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from whatif_bench.corpus.axes import report_axes
 from whatif_bench.evaluation.aggregate import leaderboard
 from whatif_bench.evaluation.relational import summarise
-from whatif_bench.generator.axes import report_axes
 from whatif_bench.outputs import atomic_output, make_folder, write_text_atomic
 
 if TYPE_CHECKING:

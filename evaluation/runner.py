@@ -47,6 +47,8 @@ import numpy as np
 import pandas as pd
 
 from whatif_bench.cluster import WORKER_DIED, WorkerDied
+from whatif_bench.corpus import covariate_units, select_tasks
+from whatif_bench.corpus.axes import pair_columns, strata
 from whatif_bench.errors import WhatIfError
 from whatif_bench.evaluation.forecasters import (
     Forecaster,
@@ -64,7 +66,6 @@ from whatif_bench.evaluation.relational import (
     HistoryTruth,
     history_scores,
 )
-from whatif_bench.generator.axes import pair_columns, strata
 from whatif_bench.outputs import (
     IDENTITY,
     OutputError,
@@ -84,7 +85,7 @@ from whatif_bench.outputs import (
 from whatif_bench.usercode import run_in_child
 
 if TYPE_CHECKING:
-    from whatif_bench.generator.corpus import Corpus
+    from whatif_bench.corpus import Corpus
 
 CHUNK = 256
 STRATA = strata()  # import-time copy, for callers; select_tasks reads ``strata()``
@@ -163,22 +164,6 @@ class EvaluationResult:
         return lines
 
 
-def select_tasks(frame: pd.DataFrame, subset: float | None, seed: int = 0) -> pd.DataFrame:
-    """All tasks, or a stratified sample: ``ceil(fraction x n)`` of the tasks of every combination
-    of the axis table's values (simulator, future, K, C, l, E; a stratum holds one task per
-    target)."""
-    if subset is not None and not (isinstance(subset, int | float) and 0.0 < subset <= 1.0):
-        raise EvaluationError(f"--subset must be a fraction in (0, 1], got {subset}")
-    if subset is None or subset == 1.0:
-        return frame.reset_index(drop=True)
-    rng = np.random.default_rng(seed)
-    keep = []
-    for _, group in frame.groupby(strata(), sort=True):
-        n = math.ceil(subset * len(group))
-        keep.extend(sorted(rng.choice(group.index.to_numpy(), size=n, replace=False).tolist()))
-    return frame.loc[sorted(keep)].reset_index(drop=True)
-
-
 def check_task_ids(task_ids: Sequence[str] | None, subset: float | None) -> list[str] | None:
     """``evaluate``'s ``task_ids`` as a list (None: no restriction), or an ``EvaluationError``:
     not a collection of strings (a bare string is refused), empty, with repeats, or given
@@ -219,30 +204,6 @@ def tasks_with_ids(frame: pd.DataFrame, task_ids: list[str], corpus: object) -> 
             "task_ids must name tasks of the corpus evaluated (kept pairs only)"
         )
     return frame[known].reset_index(drop=True)
-
-
-@functools.lru_cache(maxsize=1)
-def _registry_units() -> tuple[str, dict[tuple[str, str], dict[str, str]]]:
-    """The shipped registry's hash and the covariate units of each (simulator, target)."""
-    from whatif_bench.generator.writer import registry_hash
-    from whatif_bench.relationships import load_registry
-
-    units = {
-        (r.simulator, r.target): {c.name: c.unit for c in r.covariates} for r in load_registry()
-    }
-    return registry_hash(), units
-
-
-def covariate_units(attrs: dict) -> dict[tuple[str, str], dict[str, str]]:
-    """Covariate units by (simulator, target) for a corpus with file attributes ``attrs``: the
-    shipped registry's, when the corpus was built from it; else ``{}`` (units unknown).
-
-    The corpus file stores the target's unit but not the covariates' units."""
-    try:
-        digest, units = _registry_units()
-    except Exception:  # units are descriptive only: never fail an evaluation or export for them
-        return {}
-    return units if attrs.get("registry_hash") == digest else {}
 
 
 def _model_label(model: Forecaster | str) -> str:
@@ -573,7 +534,7 @@ def _corpus_reader(path: str, identity: tuple | None = None) -> tuple[Corpus, di
     ``identity`` is the file's identity when the evaluation started (None: whatever is there
     now). A reader already open goes on reading the file it opened; opening a file that has
     changed since (regenerated in the meantime) or gone is an ``EvaluationError``."""
-    from whatif_bench.generator.corpus import Corpus
+    from whatif_bench.corpus import Corpus
 
     cached = getattr(_open_corpus, "value", None)
     if identity is not None and cached is not None and cached[:2] == (path, identity):

@@ -48,7 +48,7 @@ def select(
     futures: Sequence[str] = (),
 ):
     """The filtered corpus view and the frame of its selected tasks, in a fixed order."""
-    from whatif_bench.evaluation.runner import select_tasks
+    from whatif_bench.corpus import check_subset, select_tasks
 
     simulators, futures = list(simulators or ()), list(futures or ())
     known = sorted(set(corpus.pairs["simulator"]))
@@ -59,10 +59,7 @@ def select(
     wrong = sorted(set(futures) - set(known_futures))
     if wrong:
         raise ExportError(f"unknown future type(s) {wrong}; this corpus holds {known_futures}")
-    if subset is not None and not (
-        isinstance(subset, int | float) and not isinstance(subset, bool) and 0.0 < subset <= 1.0
-    ):
-        raise ExportError(f"subset must be a fraction in (0, 1], got {subset!r}")
+    check_subset(subset)  # the same rule as evaluate's (corpus.selection)
     view = corpus.filter(simulator=simulators or None, future=futures or None)
     tasks = select_tasks(view.tasks_frame(), subset, seed)
     if tasks.empty:
@@ -137,7 +134,7 @@ def export_corpus(
     The same corpus and options always give byte-identical files. ``per_task`` (fev only) also
     writes one fev Task per task, whose fev scores equal ``whatif evaluate``'s.
     """
-    from whatif_bench.generator.corpus import Corpus
+    from whatif_bench.corpus import Corpus
 
     write = formats.writer(format)
     if per_task:

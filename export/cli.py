@@ -7,8 +7,8 @@ from whatif_bench.export.formats import MODULES
 
 
 def add_arguments(subparsers) -> None:
-    from whatif_bench.evaluation.cli import fraction
-    from whatif_bench.generator.axes import future_choices
+    from whatif_bench.cli_types import fraction
+    from whatif_bench.corpus.axes import future_choices
 
     parser = subparsers.add_parser(
         "export",

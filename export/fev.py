@@ -12,7 +12,7 @@ Layout of the export folder::
 Each row is one task (one series) in fev's wide format: ``id`` (the task id), ``timestamp``
 (history then future, ``list<timestamp[ms]>``), ``target`` and ``covariate_1..K`` (float32
 lists, history then future). The real names and units, and the task's description
-(``generator.describe``), sit in scalar string columns (JSON):
+(``corpus.describe``), sit in scalar string columns (JSON):
 fev treats every list column as a dynamic one. Paths in the YAML files are relative to the
 export folder; ``load_benchmark`` resolves them. See docs/EXPORT_FEV.md.
 """
@@ -28,8 +28,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from whatif_bench.corpus import QUANTILE_LEVELS
 from whatif_bench.errors import WhatIfError
-from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
 
 ROW_GROUP = 64  # tasks per Parquet row group: bounds memory on long contexts
 METADATA_COLUMNS = (
@@ -81,7 +81,7 @@ def _covariate_units(corpus) -> dict[tuple[str, str], dict[str, str]]:
 
     The corpus file stores the target's unit but not the covariates' units."""
     try:
-        from whatif_bench.generator.writer import registry_hash
+        from whatif_bench.corpus import registry_hash
         from whatif_bench.relationships import load_registry
 
         if corpus.attrs.get("registry_hash") != registry_hash():
@@ -201,7 +201,7 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
     (``tasks_per_task.yaml``), whose fev scores equal ``whatif evaluate``'s per-task scores."""
     from tqdm.auto import tqdm
 
-    from whatif_bench.generator.describe import export_describer
+    from whatif_bench.corpus import export_describer
 
     folder = Path(folder)
     units = _covariate_units(corpus)

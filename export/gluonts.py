@@ -13,7 +13,7 @@ Each line holds the GluonTS fields ``item_id`` (the task id), ``start`` (a panda
 string of the first history step in the file's frequency), ``target`` (history then future,
 C + H values), ``feat_dynamic_real`` (K rows of C + H: the covariates' history then the
 what-if scenario), ``feat_static_cat`` ([simulator code, target code]) and ``description``
-(the task's description as JSON text, ``generator.describe``). GluonTS's
+(the task's description as JSON text, ``corpus.describe``). GluonTS's
 ``split(offset=-H)`` gives back exactly what ``whatif evaluate`` shows a model and scores.
 
 Why one file per (frequency, H, K): a GluonTS predictor has one ``prediction_length`` and one
@@ -36,9 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from whatif_bench.corpus import QUANTILE_LEVELS, frequency_alias, utc_naive
 from whatif_bench.errors import WhatIfError
-from whatif_bench.evaluation.forecasters import frequency_alias, utc_naive
-from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
 from whatif_bench.outputs import safe_name
 
 METADATA = "metadata.json"
@@ -79,7 +78,7 @@ def _numbers(values: np.ndarray) -> str:
 
 def line(task, freq: str, static: list[int], description: str | None = None) -> bytes:
     """One JSON line (UTF-8, ending in a newline) of a task; ``description`` (compact JSON text,
-    ``generator.describe``) is carried as a string field, which GluonTS passes through."""
+    ``corpus.describe``) is carried as a string field, which GluonTS passes through."""
     target = np.concatenate([task.history_target, task.future_target])
     parts = [
         f'"item_id":{json.dumps(task.task_id)}',
@@ -99,7 +98,7 @@ def code_tables(corpus) -> dict[str, list[str]]:
 
     Taken from every pair of the corpus file (not only the selected tasks), so the codes stay
     the same whatever ``--subset``, ``--simulators`` or ``--futures`` an export uses."""
-    from whatif_bench.generator.corpus import Corpus
+    from whatif_bench.corpus import Corpus
 
     with Corpus(corpus.path) as whole:
         pairs = whole.pairs[["simulator", "target"]].drop_duplicates()
@@ -138,9 +137,8 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
     """Write the selected tasks as GluonTS JSON Lines into ``folder`` (see the module doc)."""
     from tqdm.auto import tqdm
 
-    from whatif_bench.evaluation.runner import covariate_units
+    from whatif_bench.corpus import covariate_units, export_describer
     from whatif_bench.export.api import task_batches
-    from whatif_bench.generator.describe import export_describer
 
     folder = Path(folder)
     (folder / DATA).mkdir()

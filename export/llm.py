@@ -10,7 +10,7 @@ Layout of the export folder::
     tasks/<task>/future_timestamps.csv    timestamp, <target_1> blank   (H rows)
     tasks/<task>/future_covariates.csv    timestamp, <covariate_1>, …   (H rows)
     tasks/<task>/scenario.txt       the future event in words, names anonymised, no units
-                                    (``generator.describe.scenario_text``; for text-conditioned
+                                    (``corpus.describe.scenario_text``; for text-conditioned
                                     models, not part of the prompt)
 
 ``<task>`` is the task id with ``/`` replaced by ``+``. Numbers are the float32 task values in
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from whatif_bench.export.llm_prompt import (
+from whatif_bench.evaluation.llm_prompt import (
     FILES,
     TEMPLATE,
     dummy_ids,
@@ -93,7 +93,7 @@ def _table(stamps: list[str], header: list[str], columns: list[list[str]] | None
 
 def _write_task(task, folder: Path, describer=None) -> dict[str, Any]:
     """The task's folder, and its line of the key (``describer``: a
-    ``generator.describe.Describer`` of the corpus, or ``None`` for a corpus built with user
+    ``corpus.describe.Describer`` of the corpus, or ``None`` for a corpus built with user
     forms modules: no ``scenario.txt``, and null ``description`` and ``scenario_text``)."""
     stamps = [stamp.isoformat() for stamp in task.timestamps()]
     past, future = stamps[: task.context_length], stamps[task.context_length :]
@@ -142,7 +142,7 @@ def write(corpus, tasks, folder, progress: bool = True) -> dict[str, Any]:
     folder = Path(folder)
     ids = list(tasks["task_id"])
     names = [task_folder_name(position) for position in range(len(ids))]
-    from whatif_bench.generator.describe import export_describer
+    from whatif_bench.corpus import export_describer
 
     describer = export_describer(corpus)
     (folder / TASKS).mkdir()

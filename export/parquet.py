@@ -144,10 +144,10 @@ def _matrix(arrays: list[np.ndarray]):
 
 def table(tasks: list, descriptions: Sequence[str | None] | None = None):
     """The pyarrow table of a batch of ``Task`` objects; ``descriptions`` (one JSON text per
-    task, ``generator.describe``) fill the ``description`` column (null without them)."""
+    task, ``corpus.describe``) fill the ``description`` column (null without them)."""
     import pyarrow as pa
 
-    from whatif_bench.stream.items import start_text  # Task.start.isoformat(), but faster
+    from whatif_bench.corpus import start_text  # Task.start.isoformat(), but faster
 
     columns: dict[str, Any] = {
         "task_id": [t.task_id for t in tasks],
@@ -200,7 +200,7 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
     files: list[dict[str, Any]] = []
     writer = None
     rows_in_file = 0
-    from whatif_bench.generator.describe import export_describer
+    from whatif_bench.corpus import export_describer
 
     describer = export_describer(corpus)
     bar = tqdm(total=len(tasks), unit="task", disable=not progress, desc="export parquet")
@@ -273,7 +273,7 @@ def _table(frame: pd.DataFrame) -> str:
 def dataset_card(corpus, tasks: pd.DataFrame, files: list[dict]) -> str:
     """The ``README.md`` of the export: YAML header for Hugging Face, then a description."""
     from whatif_bench._version import __version__
-    from whatif_bench.generator.axes import table as axis_table
+    from whatif_bench.corpus.axes import table as axis_table
 
     attrs = corpus.attrs
     counts = (

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 from whatif_bench._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from whatif_bench.generator.corpus import Corpus, Task
+    from whatif_bench.corpus import Corpus, Task
     from whatif_bench.generator.sweep import generate
     from whatif_bench.generator.types import GenerationConfig
 
 # Imported on first use (see whatif_bench._lazy): the command line reads this package's
 # argument parsing without loading numpy, numba, h5py or pandas.
 _EXPORTS = {
-    "Corpus": "whatif_bench.generator.corpus",
-    "Task": "whatif_bench.generator.corpus",
+    "Corpus": "whatif_bench.corpus",
+    "Task": "whatif_bench.corpus",
     "GenerationConfig": "whatif_bench.generator.types",
     "generate": "whatif_bench.generator.sweep",
 }

@@ -2,7 +2,7 @@
 
 File-level: the counts (``n_pairs`` ...) match the index; the ``axes`` attribute is this
 toolkit's; ``registry_hash`` is the registry's (the shipped spec files plus the user spec
-texts and forms modules the corpus records, ``generator/provenance.py``); the recorded config
+texts and forms modules the corpus records, ``corpus/provenance.py``); the recorded config
 is consistent with the master seed and the index; every stored array is finite; each embedded baseline matches its
 recorded per-target hash (values, unit, interval, start); ``baselines_hash`` combines the
 recorded per-simulator hashes; the embedded series (and simulator version) equal those of the
@@ -22,16 +22,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from whatif_bench.corpus import Corpus, draw_recipe
+from whatif_bench.corpus.axes import FUTURES, contexts
+from whatif_bench.corpus.fileformat import DATA_DATASETS, FORMAT_VERSION, REQUIRED
 from whatif_bench.errors import WhatIfError
-from whatif_bench.generator.axes import FUTURES, contexts
-from whatif_bench.generator.corpus import REQUIRED, Corpus
-from whatif_bench.generator.fileformat import DATA_DATASETS, FORMAT_VERSION
 from whatif_bench.generator.novel_range import novel_reach
-from whatif_bench.generator.recipe import draw_recipe
 from whatif_bench.generator.sweep import build_pair
-from whatif_bench.generator.verification import RULE, THRESHOLD
 from whatif_bench.generator.writer import axes_description
 from whatif_bench.relationships.source import RegistrySource
+from whatif_bench.relationships.verification import RULE, THRESHOLD
 from whatif_bench.simulators.store import combine_hashes, read_baselines, series_hash
 
 BLOCK = 1 << 20  # values read at a time when scanning a data array
@@ -264,7 +263,7 @@ def verify_corpus(
     A corpus built with user spec files is checked against the spec texts it records; one
     built with forms modules needs them in ``forms`` (each hashing to the recorded module, in
     the recorded order; ``provenance.corpus_source``), else a ``CorpusError`` says why."""
-    from whatif_bench.generator.provenance import corpus_registry
+    from whatif_bench.corpus import corpus_registry
     from whatif_bench.simulators.store import shipped_baselines_path
 
     report = VerifyReport()

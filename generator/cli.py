@@ -146,8 +146,7 @@ def _generate(args: argparse.Namespace) -> int:
     )
     started = time.perf_counter()
     path = generate(config, progress=True, cluster=cluster_from_args(args))
-    from whatif_bench.generator.corpus import Corpus
-    from whatif_bench.generator.summary import format_summary, summarise
+    from whatif_bench.corpus import Corpus, format_summary, summarise
 
     with Corpus(path) as corpus:
         print(format_summary(summarise(corpus)).splitlines()[0])
@@ -156,8 +155,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from whatif_bench.generator.corpus import Corpus
-    from whatif_bench.generator.summary import format_summary, summarise
+    from whatif_bench.corpus import Corpus, format_summary, summarise
 
     with Corpus(args.file) as corpus:
         summary = summarise(corpus)
@@ -192,8 +190,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from whatif_bench.generator.corpus import Corpus
-    from whatif_bench.generator.provenance import corpus_registry
+    from whatif_bench.corpus import Corpus, corpus_registry
     from whatif_bench.outputs import refuse_empty
 
     if args.plot is not None:  # "" would quietly draw nothing
@@ -259,7 +256,7 @@ def _show(args: argparse.Namespace) -> int:
 def _describe(args: argparse.Namespace, corpus, registry, task) -> int:
     """``whatif show --describe``: the description (JSON) or the scenario text on stdout; a
     ``--plot`` is still drawn, its "wrote" line going to stderr."""
-    from whatif_bench.generator.describe import baseline_future, describe_task, scenario_text
+    from whatif_bench.corpus import baseline_future, describe_task, scenario_text
 
     relationship = registry.get(task.simulator, task.target)
     if args.describe == "text":

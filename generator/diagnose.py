@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from whatif_bench._version import __version__
+from whatif_bench.corpus import Recipe
 from whatif_bench.errors import WhatIfError
 from whatif_bench.generator.diagnostics import (
     MARGIN_THRESHOLD,
@@ -41,11 +42,10 @@ from whatif_bench.generator.diagnostics import (
     diagnose_target,
     summarise_target,
 )
-from whatif_bench.generator.recipe import Recipe
-from whatif_bench.generator.verification import RULE, THRESHOLD
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.imprints import COLUMNS as IMPRINT_COLUMNS
 from whatif_bench.relationships.imprints import measure, series_windows
+from whatif_bench.relationships.verification import RULE, THRESHOLD
 
 MARKER = "diagnostics.json"  # written last: a folder holding it is a finished report
 FLAG_RULE = (
@@ -146,8 +146,8 @@ def corpus_work(
 
     The relationships are those the corpus was built with: the shipped spec files plus the
     user spec texts it records, with its forms modules given again as ``forms``
-    (``generator.provenance``)."""
-    from whatif_bench.generator.provenance import corpus_registry
+    (``corpus.provenance``)."""
+    from whatif_bench.corpus import corpus_registry
 
     attrs = corpus.attrs
     registry, source = corpus_registry(corpus, forms)
@@ -204,7 +204,7 @@ def sampled_keys(relationship: Relationship, sample: float, seed: int) -> list:
     """The (pair key, context, prediction) a spec diagnosis draws for one target: all of the
     generator's pairs (``sample = 1``), or ``ceil(sample * 200)`` of them picked at random from a
     stream keyed by the seed and the target (the same pick whichever other targets are asked)."""
-    from whatif_bench.generator.seeds import pair_rng
+    from whatif_bench.corpus import pair_rng
     from whatif_bench.generator.sweep import pair_keys
 
     keys = list(pair_keys(relationship))
@@ -227,7 +227,7 @@ def spec_work(
     on the relationship's series in ``baselines_path``. A relationship whose simulator has no
     baselines there is an error, or left out with ``skip_unsimulated`` (as ``generate`` leaves
     out OpenDC when no OpenDC run is at hand)."""
-    from whatif_bench.generator.recipe import draw_recipe
+    from whatif_bench.corpus import draw_recipe
     from whatif_bench.simulators.store import read_baselines
 
     if not (isinstance(sample, int | float) and not isinstance(sample, bool) and 0 < sample <= 1):
@@ -303,7 +303,7 @@ def diagnose_corpus(
     every target in the file). ``forms``: the forms modules a corpus built with ``--forms``
     was made with, given again; their relationships run in this process only (user forms do
     not travel to worker processes), so ``jobs`` is then 1."""
-    from whatif_bench.generator.corpus import Corpus
+    from whatif_bench.corpus import Corpus
 
     forms = tuple(forms)
     with Corpus(path) as corpus:

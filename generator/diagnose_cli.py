@@ -8,21 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
-from whatif_bench.cli_types import jobs_bound_help, jobs_int, seed_int
-
-
-def _fraction(text: str) -> float:
-    """``--sample``: a number in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text!r}")
-    return value
+from whatif_bench.cli_types import fraction, jobs_bound_help, jobs_int, seed_int
 
 
 def _output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +91,7 @@ def add_relationships_arguments(sub) -> None:
     )
     parser.add_argument(
         "--sample",
-        type=_fraction,
+        type=fraction,
         default=1.0,
         metavar="F",
         help="fraction in (0, 1] of each target's 200 pairs to draw, picked at random "
@@ -152,7 +140,7 @@ def _diagnose_spec(args: argparse.Namespace) -> int:
         select_names,
     )
     from whatif_bench.outputs import refuse_empty
-    from whatif_bench.relationships.cli import _relationships_of_files
+    from whatif_bench.relationships.spec import relationships_of_files
     from whatif_bench.relationships.plugins import load_form_modules, probe_user_forms
     from whatif_bench.relationships.registry import load_registry
 
@@ -164,7 +152,7 @@ def _diagnose_spec(args: argparse.Namespace) -> int:
         check_out_folder(args.out, inputs)  # before the work
     load_form_modules(args.forms)
     registry = load_registry(args.files)
-    declared = _relationships_of_files(args.files) if args.files else None
+    declared = relationships_of_files(args.files) if args.files else None
     available = [
         (r.simulator, r.target)
         for r in registry

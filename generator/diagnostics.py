@@ -11,7 +11,7 @@ line of the report, flag included. Where the pairs come from (a corpus file, or 
 memory for a spec) is ``generator/diagnose.py``'s business.
 
 Per pair, with ``y`` the event-free baseline, ``y'`` the target under the events and the 10 %
-statistic ``effect(a, y) = mean |a - y| / mean |y|`` of ``generator/verification.py``:
+statistic ``effect(a, y) = mean |a - y| / mean |y|`` of ``relationships/verification.py``:
 
 - ``history_effects`` (E,): the statistic of each history event over its own window;
 - ``replay_effect``, ``novel_effect``: the statistic of each future event over its span (the
@@ -40,12 +40,12 @@ import math
 import numpy as np
 import pandas as pd
 
+from whatif_bench.corpus import Recipe
 from whatif_bench.generator.materialise import _future, materialise
 from whatif_bench.generator.novel_range import novel_reach
-from whatif_bench.generator.recipe import Recipe
 from whatif_bench.generator.sweep import PairResult
-from whatif_bench.generator.verification import THRESHOLD, future_ratio, history_ratios
 from whatif_bench.relationships.engine import Relationship
+from whatif_bench.relationships.verification import THRESHOLD, future_ratio, history_ratios
 
 # [design] The flag rule (docs/DIAGNOSTICS.md, "The flag"): a target is flagged when, over its
 # kept pairs, the median Novel margin is below the 10 % rule's own threshold: in most of its

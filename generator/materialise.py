@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from whatif_bench.generator.recipe import Recipe
+from whatif_bench.corpus import Recipe
 from whatif_bench.relationships.engine import EventSchedule, Relationship
 
 STORE_DTYPE = np.float32

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from whatif_bench.generator.corpus import Task
+    from whatif_bench.corpus import Task
 
 COLOURS = {"replay": "#1f77b4", "novel": "#d62728"}
 HISTORY_EVENT = "#f2c14e"  # yellow: an event the history shows

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from whatif_bench.generator.axes import axis, contexts, layout
+from whatif_bench.corpus.axes import axis, contexts, layout
 from whatif_bench.generator.types import GenerationError
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.source import RegistrySource

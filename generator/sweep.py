@@ -16,13 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from whatif_bench.generator import axes
+from whatif_bench.corpus import PairKey, Recipe, axes, draw_recipe
 from whatif_bench.generator.materialise import STORE_DTYPE, PairArrays, materialise
-from whatif_bench.generator.recipe import PairKey, Recipe, draw_recipe
 from whatif_bench.generator.types import GenerationConfig, GenerationError, PairResult
-from whatif_bench.generator.verification import future_ratio, history_ratios
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.source import RegistrySource, TargetRef, portable, resolve
+from whatif_bench.relationships.verification import future_ratio, history_ratios
 from whatif_bench.workers import default_jobs
 
 

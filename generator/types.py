@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from whatif_bench.cli_types import MAX_SEED
+from whatif_bench.corpus import Recipe
+from whatif_bench.corpus.axes import FUTURES, AxisError, chosen_futures
 from whatif_bench.errors import WhatIfError
-from whatif_bench.generator.axes import FUTURES, AxisError, chosen_futures
-from whatif_bench.generator.recipe import Recipe
-from whatif_bench.generator.verification import THRESHOLD
+from whatif_bench.relationships.verification import THRESHOLD
 
 
 class GenerationError(WhatIfError):

@@ -16,23 +16,20 @@ from pathlib import Path
 import numpy as np
 
 from whatif_bench._version import __version__
-from whatif_bench.generator import axes
-from whatif_bench.generator.fileformat import DATA_DATASETS, FORMAT, FORMAT_VERSION
+from whatif_bench.corpus import axes
+from whatif_bench.corpus.fileformat import (
+    CHUNK,
+    DATA_DATASETS,
+    FORMAT,
+    FORMAT_VERSION,
+    USER_REGISTRY,
+)
 from whatif_bench.generator.types import GenerationError, PairResult
-from whatif_bench.generator.verification import THRESHOLD
 from whatif_bench.h5write import GuardedFile
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
 from whatif_bench.relationships.source import RegistrySource
+from whatif_bench.relationships.verification import THRESHOLD
 from whatif_bench.simulators.store import combine_hashes, series_hash
-
-CHUNK = 16384
-USER_REGISTRY = "user_registry"  # the group of user spec texts and forms hashes
-
-
-def registry_hash() -> str:
-    """SHA-256 of the shipped relationship spec files (of a corpus built from them alone;
-    ``RegistrySource.registry_hash`` covers user spec files and forms modules too)."""
-    return RegistrySource().registry_hash()
 
 
 def write_user_registry(h5, source: RegistrySource) -> None:

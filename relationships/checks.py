@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from whatif_bench.generator.verification import RULE, THRESHOLD
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.imprints import Imprint, below, measure
-from whatif_bench.relationships.ranges import factor_bounds, factor_grid
+from whatif_bench.relationships.ranges import factor_bounds, factor_grid, sample_baselines
 from whatif_bench.relationships.registry import Registry
+from whatif_bench.relationships.verification import RULE, THRESHOLD
 
 _TOLERANCE = 1e-12  # relative slack for "non-decreasing" comparisons of float results
 
@@ -200,12 +200,6 @@ def imprint_table(imprints: list[Imprint]) -> list[str]:
         f"largest over the factors of the median over the baselines, BELOW the {RULE}"
     )
     return [*textwrap.wrap(legend, 100), line(header), *(line(r) for r in rows)]
-
-
-def sample_baselines(relationship: Relationship, count: int = 7) -> np.ndarray:
-    """Baseline values spread over the target's typical range (both ends included)."""
-    low, high = relationship.typical_range
-    return np.linspace(low, high, count)
 
 
 def _contexts(relationship: Relationship, k: int, rng: np.random.Generator) -> np.ndarray:

@@ -17,7 +17,9 @@ from whatif_bench.cli_types import (
 from whatif_bench.errors import RelationshipError
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    """The sub-commands of ``whatif relationships``; returns their subparsers, to which the
+    command line adds ``relationships diagnose`` (it lives in the generator, a floor above)."""
     sub = parser.add_subparsers(dest="action", required=True)
 
     def with_specs(p: argparse.ArgumentParser) -> None:
@@ -116,10 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="output file, or - for stdout (default: %(default)s)",
     )
     doc.set_defaults(handler=_doc)
-
-    from whatif_bench.generator.diagnose_cli import add_relationships_arguments
-
-    add_relationships_arguments(sub)  # `relationships diagnose`: pairs drawn as generate would
+    return sub
 
 
 def _load(args: argparse.Namespace):
@@ -221,12 +220,13 @@ def _check(args: argparse.Namespace) -> int:
     from whatif_bench.relationships.checks import check_registry
     from whatif_bench.relationships.plugins import load_form_modules
     from whatif_bench.relationships.registry import load_registry
+    from whatif_bench.relationships.spec import relationships_of_files
 
     load_form_modules(args.forms, timeout=args.timeout)
     registry = load_registry(args.files) if args.files else load_registry()
     wanted = None
     if args.files:
-        wanted = _relationships_of_files(args.files)
+        wanted = relationships_of_files(args.files)
     report = check_registry(
         registry, only=wanted, timeout=args.timeout, imprints=args.imprints != "none"
     )
@@ -236,18 +236,6 @@ def _check(args: argparse.Namespace) -> int:
     else:
         print(report.format(args.imprints))
     return 0 if report.ok else 1  # imprint warnings leave the status alone
-
-
-def _relationships_of_files(files: list[str]) -> set[tuple[str, str]]:
-    """(simulator, target) pairs declared by the given (already validated) spec files."""
-    from whatif_bench.relationships.spec import parse_toml, read_spec_text, simulator_name
-
-    wanted: set[tuple[str, str]] = set()
-    for path in files:
-        document = parse_toml(read_spec_text(path), path)
-        simulator = simulator_name(document, path)
-        wanted |= {(simulator, t["name"]) for t in document.get("targets", [])}
-    return wanted
 
 
 def _plot(args: argparse.Namespace) -> int:

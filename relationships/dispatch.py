@@ -13,7 +13,7 @@ from typing import Any
 
 import numba
 
-from whatif_bench.relationships import _kernels as k
+from whatif_bench.relationships import kernels as k
 from whatif_bench.relationships.forms import EFFECTS, FORMS
 
 
@@ -26,7 +26,7 @@ class KernelSet:
     trajectories: Any
 
 
-BUILTIN_KERNELS = KernelSet(k._evaluate_kernel, k._apply_events_kernel, k._trajectories_kernel)
+BUILTIN_KERNELS = KernelSet(k._evaluate_kernel, k.apply_events_kernel, k._trajectories_kernel)
 _custom_cache: dict[tuple[int, ...], KernelSet] = {}
 
 
@@ -75,7 +75,7 @@ def current_kernels() -> KernelSet:
         namespace["_effect_value"] = effect
         _custom_cache[key] = KernelSet(
             _rejit(k._evaluate_kernel, namespace),
-            _rejit(k._apply_events_kernel, namespace),
+            _rejit(k.apply_events_kernel, namespace),
             BUILTIN_KERNELS.trajectories,
         )
     return _custom_cache[key]

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from whatif_bench.errors import RelationshipError
-from whatif_bench.relationships import _kernels as k
+from whatif_bench.relationships import kernels as k
 from whatif_bench.relationships import reference as ref
 from whatif_bench.relationships.dispatch import current_kernels
 from whatif_bench.relationships.forms import MAX_PARAMS, FormDefinition

@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from whatif_bench.relationships import _kernels as k
+from whatif_bench.relationships import kernels as k
 from whatif_bench.relationships import reference as ref
 
 MAX_PARAMS = 4

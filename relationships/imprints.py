@@ -5,7 +5,7 @@ The paper keeps a covariate only if it "moves the target by a measurable amount"
 covariate to leave "a clear, separable imprint". For a relationship, every ``K`` it supports
 (2 .. ``max_k``) and every secondary covariate ``c`` of the first ``K``, on baseline windows:
 
-- *own effect*: the 10 % statistic of ``generator/verification.py``,
+- *own effect*: the 10 % statistic of ``relationships/verification.py``,
   ``mean |y'_c - y| / mean |y|`` over the event, where ``y'_c`` is the target with ``c`` alone
   at its factor and every other covariate at 1 (``K`` unchanged, so the dampening ``s(K)`` is the
   task's), for every factor ``c`` can draw: the history pool's values on the side it takes when
@@ -13,7 +13,7 @@ covariate to leave "a clear, separable imprint". For a relationship, every ``K``
 - *reach*: the largest over those factors of the median own effect over the windows (the pool's
   extreme factor on a typical window);
 - *share*: ``phi_c / total``, the covariate's exact (Shapley) attribution of an event's effect
-  (``v(S) = sum_t (y'_S(t) - y(t))``, as ``generator/describe.py`` computes it) over the event's
+  (``v(S) = sum_t (y'_S(t) - y(t))``, as ``corpus/describe.py`` computes it) over the event's
   total effect, for events whose factors are drawn as the generator draws them (per direction,
   every covariate uniformly from its side of the pool: all combinations when there are at most
   ``FULL_EVENTS``, else a seeded sample of ``SAMPLED_EVENTS``; the median is over these), plus
@@ -46,12 +46,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from whatif_bench.generator.axes import EVENT_LENGTHS
-from whatif_bench.generator.verification import THRESHOLD
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.shapes import bell_profile
+from whatif_bench.relationships.verification import THRESHOLD
 
-EVENT_LENGTH = min(EVENT_LENGTHS)  # 32 steps, the shortest event of the axes
+# 32 steps, the shortest event of the axes (min of corpus.axes.EVENT_LENGTHS; written here
+# because relationships sits below the corpus room, and pinned to it by tests/test_imprints.py)
+EVENT_LENGTH = 32
 FULL_EVENTS = 16  # at most this many factor combinations per direction: all of them
 SAMPLED_EVENTS = 8  # else a seeded sample of this many
 COLUMNS = (
@@ -97,7 +98,7 @@ class Imprint:
 
 def constant_windows(relationship: Relationship, count: int = 5) -> np.ndarray:
     """(count, EVENT_LENGTH / 2) windows at the rule checks' baselines (``sample_baselines``)."""
-    from whatif_bench.relationships.checks import sample_baselines
+    from whatif_bench.relationships.ranges import sample_baselines
 
     values = sample_baselines(relationship, count)
     return np.repeat(values[:, None], EVENT_LENGTH // 2, axis=1)

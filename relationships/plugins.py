@@ -180,8 +180,7 @@ def probe_relationship(relationship: Any) -> dict | None:
     ``"error"`` for an exception or a result that is not one number, ``"finite"`` for a NaN or
     infinite result. Run it through ``call_each_with_timeout``.
     """
-    from whatif_bench.relationships.checks import sample_baselines
-    from whatif_bench.relationships.ranges import factor_grid
+    from whatif_bench.relationships.ranges import factor_grid, sample_baselines
 
     grid = factor_grid(relationship.history_pool)
     baselines = sample_baselines(relationship)

@@ -6,9 +6,14 @@ an event can draw" means.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-# the history's factors include the base value 1 (generator/recipe.py, _novel_factors)
+if TYPE_CHECKING:
+    from whatif_bench.relationships.engine import Relationship
+
+# the history's factors include the base value 1 (corpus/recipe.py, _novel_factors)
 NOVEL_OFFSET = (5.0, 12.0)  # direct covariate: largest history factor + U[5, 12]
 NOVEL_SCALE = (0.1, 0.5)  # inverse covariate: smallest history factor * U[0.1, 0.5]
 # The range a history pool's factors must lie in. Within it a Novel future provably lies beyond
@@ -29,3 +34,10 @@ def factor_grid(pool: tuple[float, ...], points: int = 96) -> np.ndarray:
     low, high = factor_bounds(pool)
     dense = np.geomspace(low, high, points)
     return np.unique(np.concatenate([dense, np.asarray(pool, dtype=np.float64), [1.0, low, high]]))
+
+
+def sample_baselines(relationship: Relationship, count: int = 7) -> np.ndarray:
+    """Baseline values spread over the target's typical range (both ends included), shape
+    (count,): where the rule checks, the imprints and the user-form probe evaluate it."""
+    low, high = relationship.typical_range
+    return np.linspace(low, high, count)

@@ -451,7 +451,7 @@ def parse_spec(
 MAX_WINDOW_STEPS = 10_000_000  # C4 context + prediction; a longer window is no task we can store
 # C4 is each simulator's longest setting: at least C1's context (1,024 steps), and a horizon that
 # holds the shortest event (32 steps), so every C4 pair can carry a future event. (Kept here
-# rather than read from generator.axes: relationships does not import the generator.)
+# rather than read from corpus.axes: relationships sits below the corpus room.)
 MIN_C4_CONTEXT = 1024
 MIN_C4_PREDICTION = 32
 
@@ -580,3 +580,13 @@ def simulator_name(document: dict, source: str) -> str:
     if not isinstance(header, dict) or not isinstance(header.get("name"), str):
         raise SpecError(f"{source}: [simulator]: field 'name': is required")
     return header["name"]
+
+
+def relationships_of_files(files: list[str]) -> set[tuple[str, str]]:
+    """(simulator, target) pairs declared by the given (already validated) spec files."""
+    wanted: set[tuple[str, str]] = set()
+    for path in files:
+        document = parse_toml(read_spec_text(path), path)
+        simulator = simulator_name(document, path)
+        wanted |= {(simulator, t["name"]) for t in document.get("targets", [])}
+    return wanted

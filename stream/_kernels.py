@@ -25,13 +25,13 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from whatif_bench.generator.axes import NOVEL_REACH
-from whatif_bench.relationships._kernels import (
+from whatif_bench.corpus.axes import NOVEL_REACH
+from whatif_bench.relationships.kernels import (
     BELL,
     JIT_OPTIONS,
     RelationshipConstants,
-    _apply_events_kernel,
-    _fill_bell_profile,
+    apply_events_kernel,
+    fill_bell_profile,
 )
 from whatif_bench.stream._random import (
     STATE_WORDS,
@@ -341,7 +341,7 @@ def _build(
                 futures[part - 1, :steps],
             )
             part_factors = replay if part == 1 else novel[:k].reshape((1, k))
-        _apply_events_kernel(
+        apply_events_kernel(
             y,
             part_starts,
             part_lengths,
@@ -434,7 +434,7 @@ def _store_covariates(
         finite &= np.isfinite(outside)
         bell = plan.shapes[entry, c] == BELL
         if bell and not bell_ready:
-            _fill_bell_profile(length, profile)
+            fill_bell_profile(length, profile)
             bell_ready = True
         for e in range(starts.shape[0]):
             factor, at = factors[e, c], row + starts[e]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from whatif_bench.relationships._kernels import JIT_OPTIONS
+from whatif_bench.relationships.kernels import JIT_OPTIONS
 
 STATE_WORDS = 6  # state high, state low, increment high, increment low, has a half, the half
 STATE_HI, STATE_LO, INC_HI, INC_LO, HAS_HALF, HALF = range(STATE_WORDS)

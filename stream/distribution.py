@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from whatif_bench.corpus import axes
 from whatif_bench.errors import WhatIfError
-from whatif_bench.generator import axes
 from whatif_bench.relationships.ranges import MAX_POOL_FACTOR, MIN_POOL_FACTOR
 
 

@@ -25,10 +25,9 @@ except ImportError as exc:  # pragma: no cover - the test venv installs the extr
         "install Gymnasium to use ForecastEnv: pip install 'whatif-bench[train]'"
     ) from exc
 
+from whatif_bench.corpus import QUANTILE_LEVELS, Task, axes
 from whatif_bench.errors import WhatIfError
-from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, score
-from whatif_bench.generator import axes
-from whatif_bench.generator.corpus import Task
+from whatif_bench.evaluation.metrics import score
 from whatif_bench.stream.distribution import AxisDistribution
 from whatif_bench.stream.items import (
     ITEM_DTYPE,

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from whatif_bench.corpus import Task
+from whatif_bench.corpus.fileformat import CHUNK
 from whatif_bench.errors import WhatIfError
-from whatif_bench.generator.corpus import Task
-from whatif_bench.generator.writer import CHUNK
 
 FORMAT = "whatif-stream-shard"
 FORMAT_VERSION = 2  # 2: tasks of the paper's method (corpus format 2), future_event_length

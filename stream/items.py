@@ -9,14 +9,12 @@ first forecast step, so padding puts zeros *before* a history and *after* a futu
 
 from __future__ import annotations
 
-import datetime
-import functools
 from typing import Any
 
 import numpy as np
 
-from whatif_bench.generator.axes import E_SETTINGS, future_choices
-from whatif_bench.generator.corpus import Task
+from whatif_bench.corpus import Task, start_text
+from whatif_bench.corpus.axes import E_SETTINGS, future_choices
 from whatif_bench.stream.distribution import CONTEXT_LABELS
 from whatif_bench.stream.task_stream import StreamError
 
@@ -105,19 +103,6 @@ def task_item(task: Task, index: int) -> dict:
         covariates=tuple(task.covariates),
     )
     return item
-
-
-def start_text(baseline_start: str, seconds: int) -> str:
-    """``Task.start.isoformat()`` of a task ``seconds`` after its baseline's start, with the
-    standard library's datetime (pandas' Timestamp arithmetic costs ~15 us a task)."""
-    return (_baseline_datetime(baseline_start) + datetime.timedelta(seconds=seconds)).isoformat()
-
-
-@functools.lru_cache(maxsize=256)
-def _baseline_datetime(text: str) -> datetime.datetime:
-    import pandas as pd
-
-    return pd.Timestamp(text).to_pydatetime()
 
 
 def pad_history(values: np.ndarray, length: int, rows: int | None = None) -> np.ndarray:

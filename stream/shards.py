@@ -123,7 +123,7 @@ def _write(
     """``write_shards`` once the output is checked and the pool is ready."""
     from tqdm import tqdm
 
-    from whatif_bench.generator.writer import registry_hash
+    from whatif_bench.corpus import registry_hash
 
     sources = stream.world_sources()  # builds or reads the worlds once, before any worker
     stream.entries()

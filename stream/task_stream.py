@@ -20,14 +20,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from whatif_bench.corpus import PairKey, Task, axes, draw_recipe_from, recipe_record
 from whatif_bench.errors import WhatIfError
-from whatif_bench.generator import axes
-from whatif_bench.generator.corpus import Task, recipe_record
 from whatif_bench.generator.materialise import STORE_DTYPE, materialise
-from whatif_bench.generator.recipe import PairKey, draw_recipe_from
 from whatif_bench.generator.sweep import PairResult, build_pair, check_finite, stored_arrays
-from whatif_bench.generator.verification import RULE
 from whatif_bench.relationships.engine import Relationship
+from whatif_bench.relationships.verification import RULE
 from whatif_bench.stream._kernels import EXHAUSTED, FALLBACK
 from whatif_bench.stream.distribution import (
     CANONICAL,

@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - the test venv installs the extr
         "install PyTorch to use the whatif_bench.stream datasets: pip install 'whatif-bench[train]'"
     ) from exc
 
-from whatif_bench.generator.corpus import Corpus, CorpusError
+from whatif_bench.corpus import Corpus, CorpusError
 from whatif_bench.stream.items import (
     COVARIATE_ARRAYS,
     FUTURE_ARRAYS,

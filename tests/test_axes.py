@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from whatif_bench.generator import axes
+from whatif_bench.corpus import axes
 from whatif_bench.relationships import load_registry
 from whatif_bench.simulators import read_baselines, shipped_baselines_path
 

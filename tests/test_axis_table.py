@@ -1,4 +1,4 @@
-"""One axis table: a value or a name changed in ``generator.axes.AXES`` reaches every consumer
+"""One axis table: a value or a name changed in ``corpus.axes.AXES`` reaches every consumer
 (the sweep, the corpus file and ``Corpus.filter``, ``Task``, ``whatif info``, the subset strata,
 the evaluation's slices and plot labels)."""
 
@@ -11,11 +11,12 @@ import pandas as pd
 import pytest
 
 from tests.conftest import small_corpus
+from whatif_bench.corpus import axes, summary
+from whatif_bench.corpus.reader import Corpus, CorpusError
+from whatif_bench.corpus.recipe import PairKey
+from whatif_bench.corpus.task import Task
 from whatif_bench.evaluation import report, runner
-from whatif_bench.generator import axes, summary, sweep
-from whatif_bench.generator.corpus import Corpus, CorpusError
-from whatif_bench.generator.recipe import PairKey
-from whatif_bench.generator.task import Task
+from whatif_bench.generator import sweep
 
 TARGET = "epanet/pressure_10"
 NEW_LENGTH = 16  # an event length the shipped table lacks; the layout rules hold for it too

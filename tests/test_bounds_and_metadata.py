@@ -26,7 +26,7 @@ from whatif_bench.cli_types import (
     MAX_WAIT_S,
     max_jobs,
 )
-from whatif_bench.generator.corpus import Task
+from whatif_bench.corpus.reader import Task
 from whatif_bench.simulators import read_baselines
 from whatif_bench.simulators.base import BaselinesFileError
 from whatif_bench.stream import shards

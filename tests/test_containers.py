@@ -308,4 +308,4 @@ def test_the_toolkit_images_numba_cache_is_warm(engine, built):
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert int(result.stdout.split()[0]) >= 9  # the cached kernels of relationships/_kernels.py
+    assert int(result.stdout.split()[0]) >= 9  # the cached kernels of relationships/kernels.py

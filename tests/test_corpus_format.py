@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_whatif, small_corpus
+from whatif_bench.corpus.fileformat import FORMAT, FORMAT_VERSION, READABLE_VERSIONS
+from whatif_bench.corpus.reader import CorpusError
 from whatif_bench.generator import Corpus
-from whatif_bench.generator.corpus import CorpusError
-from whatif_bench.generator.fileformat import FORMAT, FORMAT_VERSION, READABLE_VERSIONS
-from whatif_bench.generator.verification import THRESHOLD
+from whatif_bench.relationships.verification import THRESHOLD
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,28 +121,35 @@ def _threshold_literals(path: Path) -> list[str]:
 
 def test_the_threshold_is_written_once():
     """Generation, verification, the axes record and the stream use ``THRESHOLD``; no other
-    module of theirs writes its value again (the quantile levels 0.1 of the metrics and of the
-    diagnostics' summaries are not it)."""
+    module of theirs writes its value again (the quantile levels 0.1 of the corpus room and of
+    the diagnostics' summaries are not it)."""
     found = {
         str(path.relative_to(REPO)): where
-        for folder in ("generator", "stream", "evaluation")
-        for path in sorted((REPO / folder).glob("*.py"))
+        for path in [
+            REPO / "relationships" / "verification.py",
+            *(
+                path
+                for folder in ("corpus", "generator", "stream", "evaluation")
+                for path in sorted((REPO / folder).glob("*.py"))
+            ),
+        ]
         if (where := _threshold_literals(path))
     }
     assert found == {
-        "generator/verification.py": ["THRESHOLD"],
-        "evaluation/metrics.py": ["QUANTILE_LEVELS"],
+        "relationships/verification.py": ["THRESHOLD"],
+        "corpus/levels.py": ["QUANTILE_LEVELS"],
         "generator/diagnostics.py": ["QUANTILES"],
     }, found
 
 
 def test_the_format_is_defined_once():
-    """Only ``generator/fileformat.py`` assigns the corpus format's name and version."""
+    """Only ``corpus/fileformat.py`` assigns the corpus format's name and version."""
     owners = []
-    for path in sorted((REPO / "generator").glob("*.py")):
+    for path in sorted([*(REPO / "corpus").glob("*.py"), *(REPO / "generator").glob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Assign | ast.AnnAssign):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 names = {t.id for t in targets if isinstance(t, ast.Name)}
-                owners += [f"{path.name}:{n}" for n in sorted(names & {"FORMAT", "FORMAT_VERSION"})]
-    assert owners == ["fileformat.py:FORMAT", "fileformat.py:FORMAT_VERSION"]
+                where = path.relative_to(REPO)
+                owners += [f"{where}:{n}" for n in sorted(names & {"FORMAT", "FORMAT_VERSION"})]
+    assert owners == ["corpus/fileformat.py:FORMAT", "corpus/fileformat.py:FORMAT_VERSION"]

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 
 from tests.conftest import small_corpus
+from whatif_bench.corpus.reader import CorpusError
 from whatif_bench.evaluation import evaluate, runner
 from whatif_bench.evaluation.forecasters import Forecast, TaskInput
 from whatif_bench.generator import Corpus
-from whatif_bench.generator.corpus import CorpusError
 
 TARGETS = ("sumo/flow_loop_e_0_near", "epanet/pressure_10")
 

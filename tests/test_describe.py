@@ -1,4 +1,4 @@
-"""Task descriptions and scenario text (``generator.describe``) on a real small corpus: the
+"""Task descriptions and scenario text (``corpus.describe``) on a real small corpus: the
 attribution sums to the total effect for both combination classes and every K, equals the
 term-by-term split for an unclipped additive target, matches the stored future; the scenario
 text covers every shape, factors above and below 1, and is deterministic."""
@@ -16,8 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import run_whatif, small_corpus
-from whatif_bench.generator import Corpus
-from whatif_bench.generator.describe import (
+from whatif_bench.corpus.describe import (
     SCHEMA,
     Describer,
     attribution,
@@ -29,8 +28,9 @@ from whatif_bench.generator.describe import (
     scenario_text,
     shapley,
 )
-from whatif_bench.generator.provenance import corpus_registry
-from whatif_bench.generator.task import Task
+from whatif_bench.corpus.provenance import corpus_registry
+from whatif_bench.corpus.task import Task
+from whatif_bench.generator import Corpus
 from whatif_bench.relationships.engine import EventSchedule
 
 # multiplicative; additive with a clipping window [1, 2]; additive without a window

@@ -14,12 +14,12 @@ import pytest
 from tests.conftest import run_whatif, small_corpus
 from whatif_bench import __version__
 from whatif_bench.cli import main
+from whatif_bench.corpus.describe import Describer
 from whatif_bench.errors import WhatIfError
 from whatif_bench.export import ExportError, export_corpus
 from whatif_bench.export import api as export_api
 from whatif_bench.export import parquet as pq_format
 from whatif_bench.generator import Corpus
-from whatif_bench.generator.describe import Describer
 
 TARGETS = ("sumo/flow_loop_e_0_near", "epanet/pressure_10")
 
@@ -236,7 +236,7 @@ def test_selection_options(corpus_path, tmp_path):
     )
     ds = Dataset.from_parquet(str(out / "data" / "tasks-00000.parquet"))
     assert set(ds["simulator"]) == {"sumo"} and set(ds["future"]) == {"novel"}
-    from whatif_bench.evaluation.runner import select_tasks
+    from whatif_bench.corpus import select_tasks
 
     with Corpus(corpus_path) as corpus:
         frame = corpus.filter(simulator="sumo", future="novel").tasks_frame()

@@ -16,11 +16,11 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.conftest import small_corpus  # noqa: E402
+from whatif_bench.corpus.describe import Describer  # noqa: E402
 from whatif_bench.evaluation import evaluate  # noqa: E402
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, wape, wql  # noqa: E402
 from whatif_bench.export import fev as fev_export  # noqa: E402
 from whatif_bench.generator import Corpus  # noqa: E402
-from whatif_bench.generator.describe import Describer  # noqa: E402
 
 fev = pytest.importorskip("fev")
 

@@ -13,17 +13,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_generator import make
-from whatif_bench.export.formats import writer
-from whatif_bench.export.llm import KEY, TASKS, float_texts, task_folder_name
-from whatif_bench.export.llm_prompt import (
+from whatif_bench.corpus.describe import Describer
+from whatif_bench.evaluation.llm_prompt import (
     FILES,
     forecast_with_retries,
     growing_wait,
     inline_prompt,
     parse_response,
 )
+from whatif_bench.export.formats import writer
+from whatif_bench.export.llm import KEY, TASKS, float_texts, task_folder_name
 from whatif_bench.generator import Corpus
-from whatif_bench.generator.describe import Describer
 
 TARGET = "sumo/flow_loop_e_0_near"
 
@@ -430,7 +430,7 @@ def test_a_perfect_model_scores_zero_through_the_prompt(exported):
 def test_the_documented_template_is_the_one_used():
     from pathlib import Path
 
-    from whatif_bench.export.llm_prompt import TEMPLATE
+    from whatif_bench.evaluation.llm_prompt import TEMPLATE
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "EXPORT_LLM.md").read_text()
     assert "```text\n" + TEMPLATE + "```" in doc

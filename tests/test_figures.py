@@ -30,7 +30,16 @@ from whatif_bench.simulators.plot import ZOOM_DAYS, daily_summary, overview_figu
 
 TARGETS = ("sumo/CO2_abs_edge_e2c", "epanet/pressure_10")
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = ("src", "simulators", "relationships", "generator", "evaluation", "export", "stream")
+LIBRARY = (
+    "src",
+    "simulators",
+    "relationships",
+    "corpus",
+    "generator",
+    "evaluation",
+    "export",
+    "stream",
+)
 # sumo's CO2 target keeps all its pairs; at C1 (prediction 128 steps) an event of 256 steps is
 # cut by the window end, and Emax gives several history events
 CUT_TASK = "sumo/CO2_abs_edge_e2c/K3-C1-L256-Emax/replay"

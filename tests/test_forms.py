@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from whatif_bench.relationships import _kernels as k
+from whatif_bench.relationships import kernels as k
 from whatif_bench.relationships.forms import BUILTIN_EFFECTS, BUILTIN_FORMS, EFFECTS, FORMS, Param
 
 # Parameters used to exercise each built-in form (inside every bound).

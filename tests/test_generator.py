@@ -10,9 +10,9 @@ import pytest
 
 from tests.conftest import run_whatif
 from whatif_bench import __version__
+from whatif_bench.corpus.provenance import registry_hash
 from whatif_bench.generator import Corpus, GenerationConfig, generate
 from whatif_bench.generator.checking import verify_corpus
-from whatif_bench.generator.writer import registry_hash
 from whatif_bench.simulators import read_baselines, shipped_baselines_path
 
 TARGETS = ("sumo/flow_loop_e_0_near", "epanet/pressure_10", "gridlabd/air_temperature")

@@ -22,9 +22,9 @@ import pytest
 
 from tests.conftest import run_whatif, whatif_executable
 from tests.test_generator_resilience import start_and_wait_for_partial
+from whatif_bench.corpus.reader import CorpusError
 from whatif_bench.generator import Corpus, GenerationConfig, generate
 from whatif_bench.generator.checking import verify_corpus
-from whatif_bench.generator.corpus import CorpusError
 from whatif_bench.generator.sweep import GenerationError
 from whatif_bench.simulators import read_baselines, shipped_baselines_path, write_baselines
 

@@ -17,8 +17,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import run_whatif
-from whatif_bench.generator.describe import attribution
-from whatif_bench.generator.verification import THRESHOLD
+from whatif_bench.corpus.describe import attribution
 from whatif_bench.relationships import load_registry
 from whatif_bench.relationships.checks import check_registry
 from whatif_bench.relationships.imprints import (
@@ -30,6 +29,7 @@ from whatif_bench.relationships.imprints import (
     measure,
     series_windows,
 )
+from whatif_bench.relationships.verification import THRESHOLD
 
 SPEC = """
 [simulator]
@@ -251,3 +251,12 @@ def test_the_method_lists_the_shipped_registry_as_it_is():
     listed = {(titles[s], c, int(k)): int(n) for s, c, k, n in rows}
     counted = collections.Counter((i.simulator, i.covariate, i.k) for i in weak)
     assert listed == dict(counted)
+
+
+def test_the_imprint_event_is_the_shortest_event_of_the_axes():
+    """``imprints.EVENT_LENGTH`` is written out (relationships sits below the corpus room): it
+    must stay the shortest event length of the axis table."""
+    from whatif_bench.corpus.axes import EVENT_LENGTHS
+    from whatif_bench.relationships.imprints import EVENT_LENGTH
+
+    assert EVENT_LENGTH == min(EVENT_LENGTHS)

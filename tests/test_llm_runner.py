@@ -27,7 +27,7 @@ import pytest
 
 from tests.conftest import run_main
 from whatif_bench.evaluation.llm_client import ChatClient
-from whatif_bench.export.llm_prompt import (
+from whatif_bench.evaluation.llm_prompt import (
     FatalModelError,
     forecast_with_retries,
     inline_prompt,

@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import small_corpus
-from whatif_bench.generator import axes, recipe
+from whatif_bench.corpus import axes, recipe
+from whatif_bench.corpus.recipe import PairKey, draw_recipe, draw_recipe_from
 from whatif_bench.generator.checking import verify_corpus
 from whatif_bench.generator.novel_range import novel_reach
-from whatif_bench.generator.recipe import PairKey, draw_recipe, draw_recipe_from
-from whatif_bench.generator.verification import effect_ratio, future_ratio
 from whatif_bench.relationships import load_registry
 from whatif_bench.relationships.ranges import MAX_POOL_FACTOR, MIN_POOL_FACTOR
+from whatif_bench.relationships.verification import effect_ratio, future_ratio
 
 REGISTRY = load_registry()
 RELATIONSHIPS = list(REGISTRY)
@@ -173,7 +173,7 @@ def test_a_future_event_over_a_zero_baseline_fails_the_rule():
 
 
 def test_a_tasks_recipe_records_its_future_events_length():
-    from whatif_bench.generator.corpus import recipe_record
+    from whatif_bench.corpus.reader import recipe_record
 
     relationship = REGISTRY.get("opendc", "cpu_usage_host-0")
     drawn = _recipe(relationship, 2, "C1", 512, "Efew", 1)

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from whatif_bench.generator.axes import E_SETTINGS, EVENT_LENGTHS
-from whatif_bench.generator.recipe import PairKey, draw_recipe
-from whatif_bench.generator.seeds import pair_rng, pair_seed_sequence
+from whatif_bench.corpus.axes import E_SETTINGS, EVENT_LENGTHS
+from whatif_bench.corpus.recipe import PairKey, draw_recipe
+from whatif_bench.corpus.seeds import pair_rng, pair_seed_sequence
 from whatif_bench.relationships import load_registry
 
 REGISTRY = load_registry()
@@ -72,7 +72,7 @@ def test_pair_streams_do_not_depend_on_other_pairs():
 
 
 def test_a_window_that_cannot_fit_is_an_error():
-    from whatif_bench.generator.axes import AxisError
+    from whatif_bench.corpus.axes import AxisError
 
     rel = REGISTRY.get("sumo", "CO2_abs_edge_e2c")
     with pytest.raises(AxisError, match="does not fit the 1000-step baseline"):

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from whatif_bench.generator.axes import contexts, layout
-from whatif_bench.generator.verification import THRESHOLD, future_ratio, history_ratios
+from whatif_bench.corpus.axes import contexts, layout
 from whatif_bench.relationships import load_registry
+from whatif_bench.relationships.verification import THRESHOLD, future_ratio, history_ratios
 from whatif_bench.stream import (
     AxisDistribution,
     DistributionError,
@@ -263,7 +263,7 @@ def test_a_slot_that_never_passes_the_rule_is_a_clear_error(sources):
     interval_s=st.sampled_from([1, 60, 300, 3600]),
 )
 def test_an_items_start_text_is_the_tasks_start_in_iso_format(sources, start, steps, interval_s):
-    from whatif_bench.stream.items import start_text
+    from whatif_bench.corpus import start_text
 
     made = TaskStream(0, sources=sources).task(0)
     task = replace(made, baseline_start=start, start_step=steps, interval_s=interval_s)

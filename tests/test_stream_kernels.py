@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from whatif_bench.corpus.reader import Task
 from whatif_bench.errors import RelationshipError
-from whatif_bench.generator.corpus import Task
 from whatif_bench.generator.sweep import GenerationError
-from whatif_bench.generator.verification import effect_ratio
+from whatif_bench.relationships.verification import effect_ratio
 from whatif_bench.stream import AxisDistribution, StreamError, StreamStats, TaskStream
 from whatif_bench.stream import _kernels as kern
 from whatif_bench.stream import _random as rand

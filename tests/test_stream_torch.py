@@ -25,8 +25,8 @@ torch = pytest.importorskip("torch", reason="needs the train extra (torch)")
 from torch.utils.data import DataLoader
 
 from tests.conftest import small_corpus
+from whatif_bench.corpus.reader import CorpusError
 from whatif_bench.generator import Corpus
-from whatif_bench.generator.corpus import CorpusError
 from whatif_bench.stream import (
     CorpusDataset,
     SeedError,

@@ -318,7 +318,7 @@ def test_bad_input_is_one_error_naming_file_and_field_and_writes_nothing(inputs,
 
 def test_the_shipped_registry_hash_is_unchanged_by_the_user_path():
     """A corpus from the shipped files alone keeps the hash every earlier corpus records."""
-    from whatif_bench.generator.writer import registry_hash
+    from whatif_bench.corpus.provenance import registry_hash
     from whatif_bench.relationships.registry import builtin_spec_texts
 
     digest = hashlib.sha256()

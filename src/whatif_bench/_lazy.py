@@ -23,7 +23,9 @@ def lazy_exports(
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        imported = importlib.import_module(module)
+        # an entry naming its own module (``"axes": "pkg.axes"``) exports that submodule
+        value = imported if module == f"{package}.{name}" else getattr(imported, name)
         namespace[name] = value  # later look-ups skip this function
         return value
 

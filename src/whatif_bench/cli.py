@@ -11,12 +11,16 @@ from whatif_bench.errors import WhatIfError
 
 
 def _relationships_parser(subparsers: argparse._SubParsersAction) -> None:
+    from whatif_bench.generator import diagnose_cli
     from whatif_bench.relationships import cli as rel_cli
 
     parser = subparsers.add_parser(
         "relationships", help="inspect, evaluate, check and document relationships"
     )
-    rel_cli.add_arguments(parser)
+    actions = rel_cli.add_arguments(parser)
+    # `relationships diagnose` draws pairs as generate would: the generator's, registered here
+    # so that relationships (a floor below the generator) never imports it
+    diagnose_cli.add_relationships_arguments(actions)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -147,6 +147,18 @@ def positive_float(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    """``--subset``, ``--sample``: a number in (0, 1] (``nan``, ``inf`` and words are refused
+    with the same message)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 < value <= 1.0:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {_shown(text)!r}")
+    return value
+
+
 def bounded_float(high: float, high_text: str) -> Callable[[str], float]:
     """An argparse type: a finite number in ``(0, high]``; ``high_text`` names the unit."""
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from whatif_bench.generator import axes
-from whatif_bench.generator.corpus import Corpus
+from whatif_bench.corpus import axes
+from whatif_bench.corpus.reader import Corpus
 
 
 def pair_axes() -> dict[str, str]:

@@ -18,46 +18,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from whatif_bench.errors import WhatIfError
-from whatif_bench.generator import axes
-from whatif_bench.generator.axes import FUTURES, HistoryLayout
-from whatif_bench.generator.fileformat import (
+from whatif_bench.corpus import axes
+from whatif_bench.corpus.axes import FUTURES, HistoryLayout
+from whatif_bench.corpus.fileformat import (
     DATA_DATASETS,
     FORMAT,
     FORMAT_VERSION,
+    PAIR_COLUMNS,
     READABLE_VERSIONS,
+    REQUIRED,
 )
-from whatif_bench.generator.recipe import PairKey, Recipe
-from whatif_bench.generator.task import Task, TaskInput, window_start_time
+from whatif_bench.corpus.recipe import PairKey, Recipe
+from whatif_bench.corpus.task import Task, TaskInput, window_start_time
+from whatif_bench.errors import WhatIfError
 
-PAIR_COLUMNS = (
-    "pair_id",
-    "simulator",
-    "target",
-    "c_label",
-    "e_setting",
-    "k",
-    "event_length",
-    "n_events",
-    "context",
-    "prediction",
-    "window_start",
-    "replay_source",
-    "kept",
-    "drop_reason",
-    "min_history_ratio",
-    "replay_ratio",
-    "novel_ratio",
-    "event_offset",
-    "factor_offset",
-    "kfactor_offset",
-    *(f"{name}_offset" for name in DATA_DATASETS),
-)
-REQUIRED = {
-    "events": ("start", "direction", "ratio", "factors"),
-    "futures": ("replay_factors", "novel_factors"),
-    "data": DATA_DATASETS,
-}
 # the hidden per-process name ``whatif generate`` writes before renaming (outputs.temporary_path)
 _TEMPORARY_NAME = re.compile(r"\..+\.partial(-\d+)?")
 

@@ -10,6 +10,7 @@ from the file, without the counterfactual or the recipe.
 
 from __future__ import annotations
 
+import datetime
 import functools
 from dataclasses import dataclass, field
 
@@ -54,6 +55,17 @@ def window_start_time(baseline_start: str, start_step: int, interval_s: int) -> 
 def _baseline_time(text: str) -> pd.Timestamp:
     """A baseline's start, parsed once per distinct text (a stream asks for it per task)."""
     return pd.Timestamp(text)
+
+
+def start_text(baseline_start: str, seconds: int) -> str:
+    """``Task.start.isoformat()`` of a task ``seconds`` after its baseline's start, with the
+    standard library's datetime (pandas' Timestamp arithmetic costs ~15 us a task)."""
+    return (_baseline_datetime(baseline_start) + datetime.timedelta(seconds=seconds)).isoformat()
+
+
+@functools.lru_cache(maxsize=256)
+def _baseline_datetime(text: str) -> datetime.datetime:
+    return pd.Timestamp(text).to_pydatetime()
 
 
 @dataclass(frozen=True)

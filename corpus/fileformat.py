@@ -18,3 +18,36 @@ FORMAT_VERSION = 2
 READABLE_VERSIONS: tuple[int, ...] = (FORMAT_VERSION,)
 # the four flat float32 task arrays under /data
 DATA_DATASETS = ("history_target", "history_covariates", "future_target", "future_covariates")
+# the HDF5 chunk length (elements) of the flat arrays, in the corpus and in the stream's shards
+CHUNK = 16384
+USER_REGISTRY = "user_registry"  # the group of user spec texts and forms hashes
+# the columns of /pairs, one dataset each, in the order the writer makes them
+PAIR_COLUMNS = (
+    "pair_id",
+    "simulator",
+    "target",
+    "c_label",
+    "e_setting",
+    "k",
+    "event_length",
+    "n_events",
+    "context",
+    "prediction",
+    "window_start",
+    "replay_source",
+    "kept",
+    "drop_reason",
+    "min_history_ratio",
+    "replay_ratio",
+    "novel_ratio",
+    "event_offset",
+    "factor_offset",
+    "kfactor_offset",
+    *(f"{name}_offset" for name in DATA_DATASETS),
+)
+# the datasets every group must hold; the reader refuses a file without one of them
+REQUIRED = {
+    "events": ("start", "direction", "ratio", "factors"),
+    "futures": ("replay_factors", "novel_factors"),
+    "data": DATA_DATASETS,
+}

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from whatif_bench.generator import axes
-from whatif_bench.generator.axes import HistoryLayout, layout
-from whatif_bench.generator.seeds import pair_rng
+from whatif_bench.corpus import axes
+from whatif_bench.corpus.axes import HistoryLayout, layout
+from whatif_bench.corpus.seeds import pair_rng
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
 
@@ -140,7 +140,7 @@ def draw_recipe_from(
     history = layout(context, prediction, key.event_length, key.e_setting)
     latest_start = baseline_length - history.window
     if latest_start < 0:
-        from whatif_bench.generator.axes import AxisError
+        from whatif_bench.corpus.axes import AxisError
 
         raise AxisError(
             f"{key.pair_id}: a window of {history.window} steps does not fit the "

@@ -19,9 +19,15 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from whatif_bench.generator.corpus import Corpus, CorpusError
-from whatif_bench.generator.writer import USER_REGISTRY
+from whatif_bench.corpus.fileformat import USER_REGISTRY
+from whatif_bench.corpus.reader import Corpus, CorpusError
 from whatif_bench.relationships.source import FormsModule, RegistrySource, UserSpec, file_sha256
+
+
+def registry_hash() -> str:
+    """SHA-256 of the shipped relationship spec files (of a corpus built from them alone;
+    ``RegistrySource.registry_hash`` covers user spec files and forms modules too)."""
+    return RegistrySource().registry_hash()
 
 
 def recorded_source(corpus: Corpus) -> RegistrySource:

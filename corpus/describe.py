@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from whatif_bench.generator.axes import NOVEL_REACH, RESTRAINT
+from whatif_bench.corpus.axes import NOVEL_REACH, RESTRAINT
 from whatif_bench.relationships.engine import EventSchedule, Relationship
 
 SCHEMA = "whatif-task-description/1"
@@ -196,7 +196,7 @@ def describe_task(
     per_step: bool = False,
 ) -> dict[str, Any]:
     """The structured description of ``task`` (a ``Task``) under ``relationship`` (the one
-    its corpus was built with; ``generator.provenance.corpus_registry``).
+    its corpus was built with; ``corpus.provenance.corpus_registry``).
 
     ``baseline_future`` (H,) is the event-free target over the forecast window in float64
     (``Corpus.baseline`` cut at ``start_step + C``); without it the task's float32
@@ -295,10 +295,10 @@ def baseline_future(corpus, task) -> np.ndarray:
 
 class Describer:
     """Descriptions and scenario texts of the tasks of one open corpus, with the registry it
-    was built with (``forms``: as for ``whatif verify``; see ``generator.provenance``)."""
+    was built with (``forms``: as for ``whatif verify``; see ``corpus.provenance``)."""
 
     def __init__(self, corpus, forms=()) -> None:
-        from whatif_bench.generator.provenance import corpus_registry
+        from whatif_bench.corpus.provenance import corpus_registry
 
         self.corpus = corpus
         self.registry, _ = corpus_registry(corpus, forms)
@@ -325,7 +325,7 @@ def export_describer(corpus) -> Describer | None:
     """The ``Describer`` an export uses, or ``None`` when ``corpus`` was built with user forms
     modules: their code runs only when given again, which an export does not take, so its
     descriptions are left null."""
-    from whatif_bench.generator.provenance import recorded_source
+    from whatif_bench.corpus.provenance import recorded_source
 
     if recorded_source(corpus).forms:
         return None

@@ -1,4 +1,9 @@
-"""numba kernels of the relationship engine (private; the API lives in ``engine.py``).
+"""numba kernels of the relationship engine: raw, unvalidated (the API lives in ``engine.py``).
+
+Python code calls ``Relationship``'s methods, which check their inputs and then run these.
+The names without an underscore (``apply_events_kernel``, ``fill_bell_profile``, the
+constants) are public for other jitted code only: the stream's sampler (``stream/_kernels.py``)
+calls them inside its own kernel, after validating its inputs as the engine does.
 
 Kernels take contiguous float64/int64 arrays and scalars only, never pandas objects, and never
 draw random numbers. Numeric flags live in ``JIT_OPTIONS``: no ``fastmath``, so results are
@@ -193,7 +198,7 @@ def _evaluate_kernel(
 
 
 @numba.njit(**JIT_OPTIONS)
-def _fill_bell_profile(length: int, buffer: np.ndarray) -> None:
+def fill_bell_profile(length: int, buffer: np.ndarray) -> None:
     """Write the bell weights of an event of ``length`` steps into ``buffer[:length]``."""
     centre = (length - 1) / 2.0
     sigma = length / 6.0
@@ -203,7 +208,7 @@ def _fill_bell_profile(length: int, buffer: np.ndarray) -> None:
 
 
 @numba.njit(**JIT_OPTIONS)
-def _apply_events_kernel(
+def apply_events_kernel(
     y: np.ndarray,
     starts: np.ndarray,
     lengths: np.ndarray,
@@ -235,7 +240,7 @@ def _apply_events_kernel(
     for e in range(starts.shape[0]):
         length = lengths[e]
         if has_bell and length != profile_length:
-            _fill_bell_profile(length, profile)
+            fill_bell_profile(length, profile)
             profile_length = length
         for i in range(1, n_covariates):
             if shape_codes[i] == STEP:
@@ -276,7 +281,7 @@ def _trajectories_kernel(
     profile = np.empty(max_length)
     for e in range(starts.shape[0]):
         length = lengths[e]
-        _fill_bell_profile(length, profile)
+        fill_bell_profile(length, profile)
         for c in range(event_factors.shape[1]):
             factor = event_factors[e, c]
             for t in range(length):

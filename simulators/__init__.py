@@ -1,8 +1,9 @@
 """Simulator wrappers: each runs a real simulator once on its base setting and returns baselines.
 
-Every wrapper has the same interface, ``run(days, workdir) -> Baselines``, runs in its own
-temporary directory and raises ``SimulatorUnavailable`` (with an install hint) when its engine
-is missing. ``whatif simulate`` writes the results to one HDF5 baselines store.
+Every wrapper has the same interface, keyword-only ``run(*, days, workdir, **options) ->
+Baselines`` (``base.SimulatorRun``), runs in its own temporary directory and raises
+``SimulatorUnavailable`` (with an install hint) when its engine is missing.
+``whatif simulate`` writes the results to one HDF5 baselines store.
 """
 
 from typing import TYPE_CHECKING

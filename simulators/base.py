@@ -1,10 +1,13 @@
-"""What every simulator wrapper returns: a ``Baselines`` record, and the errors they raise."""
+"""What every simulator wrapper returns: a ``Baselines`` record, the errors they raise, and
+the shape of their ``run`` (``SimulatorRun``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -85,3 +88,27 @@ class Baselines:
         for name in sorted(self.series):
             digest.update(self.series[name].astype("<f8").tobytes())
         return digest.hexdigest()
+
+
+@runtime_checkable
+class SimulatorRun(Protocol):
+    """The ``run`` function of a simulator wrapper module (``catalog.SIMULATORS``).
+
+    A wrapper promises: every parameter is keyword-only; ``days`` is the run length (default
+    the module's ``DEFAULT_DAYS``) and ``workdir`` the folder its temporary directory is made
+    in (default the system's); any further parameters are the wrapper's own options, each
+    defaulting to the benchmark's base setting. It returns the ``Baselines`` of the run,
+    raises ``SimulatorUnavailable`` (with an install hint) when the engine is missing and
+    ``SimulatorError`` when a run fails or its output is unusable.
+
+    The wrapper's own options are not part of this type: pass them as ``**options`` from a
+    ``dict[str, Any]``. ``isinstance(f, SimulatorRun)`` only checks that ``f`` is callable;
+    ``tests/test_simulator_protocol.py`` checks the signatures.
+    """
+
+    def __call__(
+        self, *, days: float = ..., workdir: str | os.PathLike | None = None
+    ) -> Baselines: ...
+
+
+Simulator = SimulatorRun  # the name issue 25 gives it

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from whatif_bench.errors import WhatIfError
 
 if TYPE_CHECKING:  # base imports numpy; the command line reads this catalogue without it
-    from whatif_bench.simulators.base import Baselines
+    from whatif_bench.simulators.base import SimulatorRun
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,8 @@ class SimulatorEntry:
     title: str
     extra_series: str = ""  # what ``run(extra_series=True)`` adds; "" when the wrapper has none
 
-    def runner(self) -> Callable[..., Baselines]:
+    def runner(self) -> SimulatorRun:
+        """The wrapper's ``run`` (imports the module); its options are keyword-only."""
         return importlib.import_module(self.module).run
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from whatif_bench.cli_types import MAX_DAYS, days_float
 from whatif_bench.errors import WhatIfError
@@ -132,7 +133,9 @@ def _simulate(args: argparse.Namespace) -> int:
         for name in progress:
             entry = SIMULATORS[name]
             progress.set_description(f"running {name}")
-            options = {"days": entry.default_days if args.days is None else args.days}
+            options: dict[str, Any] = {
+                "days": entry.default_days if args.days is None else args.days
+            }
             if name == "opendc":
                 options.update(
                     trace=args.trace,

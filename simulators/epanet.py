@@ -119,9 +119,9 @@ def _replace_demand_pattern(model, pattern: tuple[float, ...], step_s: int | Non
 
 
 def run(
+    *,
     days: float = DEFAULT_DAYS,
     workdir: str | os.PathLike | None = None,
-    *,
     demand_pattern: Sequence[float] | None = None,
     pattern_step_s: int | None = None,
     extra_series: bool = False,

@@ -240,9 +240,9 @@ def _check_start(start: str | None) -> str:
 
 
 def run(
+    *,
     days: float = DEFAULT_DAYS,
     workdir: str | os.PathLike | None = None,
-    *,
     weather_file: str | None = None,
     start: str | None = None,
 ) -> Baselines:

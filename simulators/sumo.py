@@ -309,9 +309,9 @@ def parse_outputs(folder: Path, n_steps: int) -> tuple[dict[str, np.ndarray], di
 
 
 def run(
+    *,
     days: float = DEFAULT_DAYS,
     workdir: str | os.PathLike | None = None,
-    *,
     seed: int = SEED,
     profile: Profile = DAILY_PROFILE,
 ) -> Baselines:

@@ -22,7 +22,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,7 +39,7 @@ from whatif_bench.outputs import (
     safe_name,
 )
 from whatif_bench.simulators import epanet, gridlabd, opendc, sumo
-from whatif_bench.simulators.base import Baselines
+from whatif_bench.simulators.base import Baselines, SimulatorRun
 from whatif_bench.simulators.catalog import SIMULATORS
 from whatif_bench.simulators.world_defaults import CACHE_ENV, DEFAULT_CACHE
 
@@ -60,7 +60,7 @@ BENCHMARK_PARAMS: dict[str, dict[str, tuple[object, ...]]] = {
     "sumo": {"seed": (sumo.SEED,), "profile": (sumo.DAILY_PROFILE,)},
     "opendc": {"vms": (None, opendc.VM_SLOTS)},
 }
-_RUNNERS: dict[str, Callable[..., Baselines]] = {
+_RUNNERS: dict[str, SimulatorRun] = {
     "epanet": epanet.run,
     "gridlabd": gridlabd.run,
     "sumo": sumo.run,

@@ -155,6 +155,7 @@ def plan_windows(days: float, loaded: Trace, vms: tuple[str, ...]) -> int:
 
 
 def run(
+    *,
     days: float = DEFAULT_DAYS,
     workdir: str | os.PathLike | None = None,
     trace: str | os.PathLike | None = None,

@@ -6,7 +6,7 @@ Everything a task is, and how a corpus file holds it, is defined here once: the 
 summary of ``whatif info``, the stratified task selection, the covariates' units, the nine
 quantile levels, and the task columns the Parquet, fev and shard writers share. The generator
 writes corpora; evaluation, export and the stream read them; all of them import from here by
-the names below (``axes`` and ``fileformat`` are public modules)::
+the names below (``axes``, ``columns`` and ``fileformat`` are public modules)::
 
     from whatif_bench.corpus import Corpus
     corpus = Corpus("whatif-corpus.h5").filter(simulator="sumo", future="novel", K=3)
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from whatif_bench._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from whatif_bench.corpus import axes, fileformat
+    from whatif_bench.corpus import axes, columns, fileformat
     from whatif_bench.corpus.describe import (
         baseline_future,
         describe_task,
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 # import this one without loading numpy, h5py or pandas.
 _EXPORTS = {
     "axes": "whatif_bench.corpus.axes",
+    "columns": "whatif_bench.corpus.columns",
     "fileformat": "whatif_bench.corpus.fileformat",
     "baseline_future": "whatif_bench.corpus.describe",
     "describe_task": "whatif_bench.corpus.describe",
@@ -78,11 +79,13 @@ _EXPORTS = {
 }
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
-# ``axes`` and ``fileformat`` are public modules: imported by name (``from whatif_bench.corpus
-# import axes``), or their public names from them (``from whatif_bench.corpus.axes import X``).
+# ``axes``, ``columns`` and ``fileformat`` are public modules: imported by name (``from
+# whatif_bench.corpus import axes``), or their public names from them (``from
+# whatif_bench.corpus.axes import X``).
 
 __all__ = [
     "axes",
+    "columns",
     "fileformat",
     "baseline_future",
     "check_corpus_file",

@@ -11,10 +11,11 @@ Layout of the export folder::
 
 Each row is one task (one series) in fev's wide format: ``id`` (the task id), ``timestamp``
 (history then future, ``list<timestamp[ms]>``), ``target`` and ``covariate_1..K`` (float32
-lists, history then future). The real names and units, and the task's description
-(``corpus.describe``), sit in scalar string columns (JSON):
-fev treats every list column as a dynamic one. Paths in the YAML files are relative to the
-export folder; ``load_benchmark`` resolves them. See docs/EXPORT_FEV.md.
+lists, history then future). The real names and units, the axes and the task's description
+(``corpus.describe``) sit in scalar columns (``METADATA``: fev's names for the task columns of
+``corpus.columns``; lists as JSON text): fev treats every list column as a dynamic one. Paths
+in the YAML files are relative to the export folder; ``load_benchmark`` resolves them. See
+docs/EXPORT_FEV.md.
 """
 
 from __future__ import annotations
@@ -28,24 +29,27 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from whatif_bench.corpus import QUANTILE_LEVELS
+from whatif_bench.corpus import QUANTILE_LEVELS, columns
 from whatif_bench.errors import WhatIfError
 
 ROW_GROUP = 64  # tasks per Parquet row group: bounds memory on long contexts
-METADATA_COLUMNS = (
-    "target_name",
-    "target_unit",
-    "covariate_names",
-    "covariate_units",
-    "simulator",
-    "future",
-    "c_label",
-    "k",
-    "event_length",
-    "e_setting",
-    "interval_s",
-    "description",
-)
+# fev's metadata column -> the task column (``corpus.columns``) it holds, in file order; lists
+# are JSON text (``columns.as_text``): fev treats every list column as a dynamic one
+METADATA = {
+    "target_name": "target",
+    "target_unit": "target_unit",
+    "covariate_names": "covariates",
+    "covariate_units": "covariate_units",
+    "simulator": "simulator",
+    "future": "future",
+    "c_label": "c_label",
+    "k": "k",
+    "event_length": "event_length",
+    "e_setting": "e_setting",
+    "interval_s": "interval_s",
+    "description": "description",
+}
+METADATA_COLUMNS = tuple(METADATA)
 TASK_FILE = "tasks.yaml"
 PER_TASK_FILE = "tasks_per_task.yaml"
 
@@ -66,12 +70,10 @@ def _schema(k: int, tz: str | None) -> pa.Schema:
         pa.field("timestamp", pa.list_(pa.timestamp("ms", tz=tz))),
         pa.field("target", values),
         *(pa.field(name, values) for name in covariate_columns(k)),
-        *(pa.field(name, pa.string()) for name in METADATA_COLUMNS[:7]),
-        pa.field("k", pa.int32()),
-        pa.field("event_length", pa.int32()),
-        pa.field("e_setting", pa.string()),
-        pa.field("interval_s", pa.int64()),
-        pa.field("description", pa.string()),
+        *(
+            pa.field(name, columns.arrow_type(columns.column(source), lists_as_text=True))
+            for name, source in METADATA.items()
+        ),
     ]
     return pa.schema(fields)
 
@@ -104,20 +106,14 @@ def _row(task, units: dict[str, str], describer=None) -> dict[str, Any]:
         covariate_columns(task.k), task.history_covariates, task.future_covariates, strict=True
     ):
         row[name] = np.concatenate([history, future]).astype(np.float32)
-    row.update(
-        target_name=task.target,
-        target_unit=task.units.get(task.target, ""),
-        covariate_names=json.dumps(list(task.covariates)),
-        covariate_units=json.dumps([units.get(c, "") for c in task.covariates]),
-        simulator=task.simulator,
-        future=task.future,
-        c_label=task.c_label,
-        k=task.k,
-        event_length=task.event_length,
-        e_setting=task.e_setting,
-        interval_s=task.interval_s,
-        description=describer.json(task) if describer is not None else None,
-    )
+    given = {
+        "covariate_units": [units.get(c, "") for c in task.covariates],
+        "description": describer.json(task) if describer is not None else None,
+    }
+    for name, source in METADATA.items():
+        col = columns.column(source)
+        value = given[source] if col.read is None else col.read(task)
+        row[name] = columns.as_text(col, value) if col.kind in columns.TEXT_KINDS else value
     return row
 
 

@@ -11,45 +11,22 @@ Every column is a string, an integer or a float32 list, so ``datasets``' torch f
 (``with_format("torch")``) takes whole rows: ``start`` is ISO 8601 text, as the items of
 ``whatif_bench.stream`` carry it (a timestamp column would not convert to a tensor), and
 ``whatif_bench.stream.collate_tasks`` batches the rows. ``CARD_EXAMPLE`` is the card's snippet.
+The columns, their order and types are the task table of ``whatif_bench.corpus.columns``
+(``schema``, ``table``), which the stream's Parquet shards write too.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-ROWS_PER_FILE = 8192  # a new file every this many rows (a few hundred MB at most)
-COMPRESSION = "zstd"
-COMPRESSION_LEVEL = 3
-SPLIT = "test"  # the one split: the card's configs and splits, and CARD_EXAMPLE
+from whatif_bench.corpus import columns
+from whatif_bench.corpus.columns import COMPRESSION, COMPRESSION_LEVEL, schema, table
 
-# (column, Hugging Face feature in the card's YAML), in column order
-SCALARS = (
-    ("task_id", "string"),
-    ("pair_id", "string"),
-    ("future", "string"),
-    ("simulator", "string"),
-    ("target", "string"),
-    ("k", "int32"),
-    ("c_label", "string"),
-    ("event_length", "int32"),
-    ("e_setting", "string"),
-    ("context_length", "int32"),
-    ("prediction_length", "int32"),
-    ("interval_s", "int64"),
-    ("start", "string"),  # ISO 8601, as stream items' ``start`` (stream.items.start_text)
-    ("target_unit", "string"),
-)
-SERIES = ("history_target", "future_target", "counterfactual_future")
-MATRICES = ("history_covariates", "future_covariates")
-FLOAT_PATHS = [f"{n}.list.element" for n in SERIES] + [
-    f"{n}.list.element.list.element" for n in MATRICES
-]
+ROWS_PER_FILE = 8192  # a new file every this many rows (a few hundred MB at most)
+SPLIT = "test"  # the one split: the card's configs and splits, and CARD_EXAMPLE
 
 # Where each simulator's baseline comes from (see the repository README, "Simulators and
 # baselines"); the licences are those of the simulators and inputs, as published upstream.
@@ -78,115 +55,43 @@ SOURCES = {
 }
 
 
-def schema():
-    import pyarrow as pa
-
-    types = {
-        "string": pa.string(),
-        "int32": pa.int32(),
-        "int64": pa.int64(),
-    }
-    fields = [pa.field(name, types[kind]) for name, kind in SCALARS]
-    fields.append(pa.field("covariates", pa.list_(pa.string())))
-    series = pa.list_(pa.float32())
-    matrix = pa.list_(pa.list_(pa.float32()))
-    fields += [
-        pa.field("history_target", series),
-        pa.field("history_covariates", matrix),
-        pa.field("future_covariates", matrix),
-        pa.field("future_target", series),
-        pa.field("counterfactual_future", series),
-        pa.field("recipe", pa.string()),
-        pa.field("description", pa.string()),
-    ]
-    return pa.schema(fields)
-
-
 def features_yaml() -> str:
-    """``dataset_info.features`` of the card, in the YAML ``datasets`` 4 reads."""
+    """``dataset_info.features`` of the card, in the YAML ``datasets`` 4 reads: one feature a
+    column of the task table (``corpus.columns``), in order."""
     lines = ["  features:"]
-    for name, kind in SCALARS:
-        lines += [f"  - name: {name}", f"    dtype: {kind}"]
-    lines += ["  - name: covariates", "    list: string"]
-    for name in ("history_target",):
-        lines += [f"  - name: {name}", "    list: float32"]
-    for name in MATRICES:
-        lines += [f"  - name: {name}", "    list:", "      list: float32"]
-    for name in ("future_target", "counterfactual_future"):
-        lines += [f"  - name: {name}", "    list: float32"]
-    lines += ["  - name: recipe", "    dtype: string"]
-    lines += ["  - name: description", "    dtype: string"]
+    for c in columns.parquet_columns():
+        lines.append(f"  - name: {c.name}")
+        if c.kind == columns.INT:
+            lines.append(f"    dtype: int{c.bits}")
+        elif c.kind == columns.TEXT_LIST:
+            lines.append("    list: string")
+        elif c.kind == columns.SERIES:
+            lines.append("    list: float32")
+        elif c.kind == columns.MATRIX:
+            lines += ["    list:", "      list: float32"]
+        else:  # TEXT, JSON
+            lines.append("    dtype: string")
     return "\n".join(lines)
 
 
-def _list(arrays: list[np.ndarray]):
-    """A list<float32> column from 1-D arrays."""
-    import pyarrow as pa
-
-    lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    values = np.concatenate(arrays).astype(np.float32, copy=False) if arrays else np.empty(0)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.float32()))
-
-
-def _matrix(arrays: list[np.ndarray]):
-    """A list<list<float32>> column from 2-D arrays (rows of each matrix as inner lists)."""
-    import pyarrow as pa
-
-    rows = [row for matrix in arrays for row in matrix]
-    inner = _list(rows)
-    counts = np.fromiter((m.shape[0] for m in arrays), dtype=np.int64, count=len(arrays))
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), inner)
-
-
-def table(tasks: list, descriptions: Sequence[str | None] | None = None):
-    """The pyarrow table of a batch of ``Task`` objects; ``descriptions`` (one JSON text per
-    task, ``corpus.describe``) fill the ``description`` column (null without them)."""
-    import pyarrow as pa
-
-    from whatif_bench.corpus import start_text  # Task.start.isoformat(), but faster
-
-    columns: dict[str, Any] = {
-        "task_id": [t.task_id for t in tasks],
-        "pair_id": [t.task_id.rpartition("/")[0] for t in tasks],
-        "future": [t.future for t in tasks],
-        "simulator": [t.simulator for t in tasks],
-        "target": [t.target for t in tasks],
-        "k": [t.k for t in tasks],
-        "c_label": [t.c_label for t in tasks],
-        "event_length": [t.event_length for t in tasks],
-        "e_setting": [t.e_setting for t in tasks],
-        "context_length": [t.context_length for t in tasks],
-        "prediction_length": [t.prediction_length for t in tasks],
-        "interval_s": [t.interval_s for t in tasks],
-        "start": [start_text(t.baseline_start, t.start_step * t.interval_s) for t in tasks],
-        "target_unit": [t.units[t.target] for t in tasks],
-        "covariates": [list(t.covariates) for t in tasks],
+def _write_options() -> dict[str, Any]:
+    """``ParquetWriter`` options of the export's files: zstd, no statistics; the float lists
+    byte-stream split with no dictionary (smaller and faster than the default dictionary
+    encoding, which rarely pays on floats), the other columns but the description dictionary
+    encoded."""
+    cols = columns.parquet_columns()
+    return {
+        "compression": COMPRESSION,
+        "compression_level": COMPRESSION_LEVEL,
+        "write_statistics": False,
+        "use_dictionary": [
+            c.name for c in cols if c.kind not in columns.ARRAY_KINDS and c.name != "description"
+        ],
+        "use_byte_stream_split": [
+            f"{c.name}.list.element" for c in cols if c.kind == columns.SERIES
+        ]
+        + [f"{c.name}.list.element.list.element" for c in cols if c.kind == columns.MATRIX],
     }
-    arrays = []
-    target = schema()
-    for field in target:
-        name = field.name
-        if name in SERIES:
-            arrays.append(_list([getattr(t, name) for t in tasks]))
-        elif name in MATRICES:
-            arrays.append(_matrix([getattr(t, name) for t in tasks]))
-        elif name == "recipe":
-            arrays.append(
-                pa.array(
-                    [json.dumps(t.recipe, sort_keys=True, allow_nan=False) for t in tasks],
-                    type=pa.string(),
-                )
-            )
-        elif name == "description":
-            texts = descriptions if descriptions is not None else [None] * len(tasks)
-            arrays.append(pa.array(texts, type=pa.string()))
-        else:
-            arrays.append(pa.array(columns[name], type=field.type))
-    return pa.Table.from_arrays(arrays, schema=target)
 
 
 def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[str, Any]:
@@ -211,17 +116,7 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
                     if writer is not None:
                         writer.close()
                     name = f"data/tasks-{len(files):05d}.parquet"
-                    writer = pq.ParquetWriter(
-                        folder / name,
-                        schema(),
-                        compression=COMPRESSION,
-                        compression_level=COMPRESSION_LEVEL,
-                        write_statistics=False,
-                        # float lists: byte-stream split, no dictionary (smaller and faster
-                        # than the default dictionary encoding, which rarely pays on floats)
-                        use_dictionary=[n for n, _ in SCALARS] + ["covariates", "recipe"],
-                        use_byte_stream_split=FLOAT_PATHS,
-                    )
+                    writer = pq.ParquetWriter(folder / name, schema(), **_write_options())
                     files.append({"path": name, "rows": 0})
                     rows_in_file = 0
                 part, batch = (

@@ -14,18 +14,21 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
 from whatif_bench.corpus import Task
+from whatif_bench.corpus.columns import ARRAY_KINDS, INT, TEXT_KINDS, as_text, column, column_values
 from whatif_bench.corpus.fileformat import CHUNK
 from whatif_bench.errors import WhatIfError
 
 FORMAT = "whatif-stream-shard"
 FORMAT_VERSION = 2  # 2: tasks of the paper's method (corpus format 2), future_event_length
-# (column, kind): one row per task in /tasks
-TEXT_COLUMNS = (
+# the task columns (``corpus.columns``) a shard holds; their kinds place them: text (JSON for
+# the covariate names and the recipe, as the Parquet shards' ``recipe``) and int64 columns, one
+# row per task in /tasks, then the float32 arrays in /data, flattened row-major: (C,), (K, C),
+# (K, H), (H,), (C,), (H,)
+SHARD_COLUMNS = (
     "task_id",
     "future",
     "simulator",
@@ -35,19 +38,14 @@ TEXT_COLUMNS = (
     "target_unit",
     "baseline_start",
     "world",
-    "covariates",  # JSON list of the K names
-    "recipe",  # JSON, as the Parquet shards' column
-)
-INT_COLUMNS = (
+    "covariates",
+    "recipe",
     "k",
     "event_length",
     "interval_s",
     "start_step",
     "context_length",
     "prediction_length",
-)
-# float32 arrays, flattened row-major: (C,), (K, C), (K, H), (H,), (C,), (H,)
-ARRAYS = (
     "history_target",
     "history_covariates",
     "future_covariates",
@@ -55,6 +53,9 @@ ARRAYS = (
     "counterfactual_history",
     "counterfactual_future",
 )
+TEXT_COLUMNS = tuple(n for n in SHARD_COLUMNS if column(n).kind in TEXT_KINDS)
+INT_COLUMNS = tuple(n for n in SHARD_COLUMNS if column(n).kind == INT)
+ARRAYS = tuple(n for n in SHARD_COLUMNS if column(n).kind in ARRAY_KINDS)
 
 
 class ShardError(WhatIfError):
@@ -64,25 +65,17 @@ class ShardError(WhatIfError):
 def shard_columns(tasks: list[Task]) -> dict[str, np.ndarray]:
     """The columns of a shard: ``TEXT_COLUMNS`` (object arrays of str), ``INT_COLUMNS`` and the
     ``<array>_offset`` columns (int64, (n,)), and the concatenated ``ARRAYS`` (float32)."""
-    columns: dict[str, Any] = {
-        "task_id": [t.task_id for t in tasks],
-        "future": [t.future for t in tasks],
-        "simulator": [t.simulator for t in tasks],
-        "target": [t.target for t in tasks],
-        "c_label": [t.c_label for t in tasks],
-        "e_setting": [t.e_setting for t in tasks],
-        "target_unit": [t.units[t.target] for t in tasks],
-        "baseline_start": [t.baseline_start for t in tasks],
-        "world": [t.world for t in tasks],
-        "covariates": [json.dumps(list(t.covariates)) for t in tasks],
-        "recipe": [json.dumps(t.recipe, sort_keys=True, allow_nan=False) for t in tasks],
-    }
-    out = {name: np.array(values, dtype=object) for name, values in columns.items()}
+    out: dict[str, np.ndarray] = {}
+    for name in TEXT_COLUMNS:
+        col = column(name)
+        texts = [as_text(col, v) for v in column_values(col, tasks)]
+        out[name] = np.array(texts, dtype=object)
     for name in INT_COLUMNS:
-        out[name] = np.array([getattr(t, name) for t in tasks], dtype=np.int64)
+        out[name] = np.array(column_values(column(name), tasks), dtype=np.int64)
     for name in ARRAYS:
         parts = [
-            np.ascontiguousarray(getattr(t, name), dtype=np.float32).reshape(-1) for t in tasks
+            np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
+            for v in column_values(column(name), tasks)
         ]
         sizes = np.fromiter((p.size for p in parts), dtype=np.int64, count=len(parts))
         out[f"{name}_offset"] = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)

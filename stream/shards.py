@@ -2,13 +2,13 @@
 training.
 
 Shard ``i`` holds slots ``i * size`` .. ``(i + 1) * size - 1`` of the stream (the last may be
-shorter). ``parquet`` shards have the parquet export's columns (``whatif_bench.export.parquet``),
-the world, slot and seed of each task in its ``recipe`` JSON; ``hdf5`` shards are
-``whatif-stream-shard`` files (``stream.h5shard``, docs/STREAM_FORMAT.md) that read back as the
-stream's ``Task`` objects. Shards are made in parallel (local processes or a dask cluster) and
-written in order into a temporary folder that is renamed to ``out`` only once ``manifest.json``
-is in it (``outputs.write_folder``, as ``whatif export``), so the files are the same for any
-number of jobs or workers and a killed run never leaves a complete-looking folder.
+shorter). ``parquet`` shards are the task table of ``whatif_bench.corpus.columns`` (the parquet
+export's columns), the world, slot and seed of each task in its ``recipe`` JSON; ``hdf5``
+shards are ``whatif-stream-shard`` files (``stream.h5shard``, docs/STREAM_FORMAT.md) that read
+back as the stream's ``Task`` objects. Shards are made in parallel (local processes or a dask
+cluster) and written in order into a temporary folder that is renamed to ``out`` only once
+``manifest.json`` is in it (``outputs.write_folder``, as ``whatif export``), so the files are the
+same for any number of jobs or workers and a killed run never leaves a complete-looking folder.
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ def shard_bounds(count: int, shard_size: int) -> Iterator[tuple[int, int]]:
 
 
 def _shard(stream, format: str, first: int, last: int):
-    """Slots ``first`` .. ``last - 1`` (run in a worker) as what the main process writes (an
-    Arrow table, or ``h5shard.shard_columns``), with the stats."""
+    """Slots ``first`` .. ``last - 1`` (run in a worker) as what the main process writes (the
+    Arrow task table of ``corpus.columns``, or ``h5shard.shard_columns``), with the stats."""
     from whatif_bench.stream.task_stream import StreamStats
 
     own = copy.copy(stream)  # its own counts, whether in a worker or in this process
     own.stats = StreamStats()
     tasks = list(own.tasks(range(first, last)))
     if format == "parquet":
-        from whatif_bench.export.parquet import table
+        from whatif_bench.corpus.columns import table
 
         return table(tasks), own.stats.as_dict()
     from whatif_bench.stream.h5shard import shard_columns
@@ -170,7 +170,7 @@ def _write_file(format: str, path: Path, part, seed: int, first: int, last: int)
     if format == "parquet":
         import pyarrow.parquet as pq
 
-        from whatif_bench.export.parquet import COMPRESSION, COMPRESSION_LEVEL
+        from whatif_bench.corpus.columns import COMPRESSION, COMPRESSION_LEVEL
 
         pq.write_table(part, path, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL)
     else:

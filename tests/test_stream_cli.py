@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import run_whatif
-from whatif_bench.export.parquet import schema
+from whatif_bench.corpus.columns import schema
 from whatif_bench.stream import TaskStream
 from whatif_bench.stream.h5shard import FORMAT, ShardError, read_shard
 

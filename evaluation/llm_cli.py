@@ -248,11 +248,10 @@ def _batch_read(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from whatif_bench.corpus import check_corpus_file
+    from whatif_bench.corpus import Corpus, check_corpus_file
     from whatif_bench.evaluation.cli import load_model, parse_models
     from whatif_bench.evaluation.llm_answers import LLMAnswers, check_key_against_corpus
     from whatif_bench.evaluation.runner import check_out_folder, evaluate
-    from whatif_bench.corpus import Corpus
 
     baselines = [load_model(spec) for spec in parse_models(args.models)]
     answers = LLMAnswers(args.responses)

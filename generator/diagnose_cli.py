@@ -140,9 +140,9 @@ def _diagnose_spec(args: argparse.Namespace) -> int:
         select_names,
     )
     from whatif_bench.outputs import refuse_empty
-    from whatif_bench.relationships.spec import relationships_of_files
     from whatif_bench.relationships.plugins import load_form_modules, probe_user_forms
     from whatif_bench.relationships.registry import load_registry
+    from whatif_bench.relationships.spec import relationships_of_files
 
     args.interrupt_note = "no report was written"
     if args.baselines is not None:  # "" is not "the shipped one"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from whatif_bench.corpus import Task, axes
-from whatif_bench.relationships.kernels import CUSTOM_CODE_BASE
 from whatif_bench.relationships.forms import MAX_PARAMS
+from whatif_bench.relationships.kernels import CUSTOM_CODE_BASE
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
 from whatif_bench.relationships.shapes import shape_code
 from whatif_bench.relationships.verification import THRESHOLD

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from whatif_bench.corpus.axes import strata
 from whatif_bench.corpus.reader import CorpusError
+from whatif_bench.seeding import rng as seeded_rng
 
 
 def check_subset(subset: object) -> None:
@@ -31,7 +31,7 @@ def select_tasks(frame: pd.DataFrame, subset: float | None, seed: int = 0) -> pd
     check_subset(subset)
     if subset is None or subset == 1.0:
         return frame.reset_index(drop=True)
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng("subset", seed)
     keep = []
     for _, group in frame.groupby(strata(), sort=True):
         n = math.ceil(subset * len(group))

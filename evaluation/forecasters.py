@@ -35,6 +35,7 @@ from whatif_bench.corpus import frequency_alias as frequency_alias
 from whatif_bench.corpus import utc_naive as utc_naive
 from whatif_bench.errors import WhatIfError
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
+from whatif_bench.seeding import rng as seeded_rng
 
 
 class ModelError(WhatIfError, ValueError):
@@ -409,7 +410,7 @@ class TunedPairs:
     def pairs(self, task: TaskInput) -> tuple[np.ndarray, np.ndarray]:
         """The (origins, horizons) this model fits on for ``task``, seeded by the model's seed
         and the task's key (``task_key``)."""
-        rng = np.random.default_rng([self.seed, *task_key(task)])
+        rng = seeded_rng("tuned", self.seed, *task_key(task))
         return draw_pairs(
             task.history_target.size,
             task.prediction_length,

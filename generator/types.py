@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from whatif_bench.cli_types import MAX_SEED
 from whatif_bench.corpus import Recipe
 from whatif_bench.corpus.axes import FUTURES, AxisError, chosen_futures
 from whatif_bench.errors import WhatIfError
 from whatif_bench.relationships.verification import THRESHOLD
+from whatif_bench.seeding import SeedError, check_seed
 
 
 class GenerationError(WhatIfError):
@@ -46,11 +46,11 @@ class GenerationConfig:
     futures: tuple[str, ...] = FUTURES
 
     def __post_init__(self) -> None:
-        seed, jobs = self.seed, self.jobs
-        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-            raise GenerationError(f"the seed must be an integer, got {seed!r}")
-        if not 0 <= int(seed) <= MAX_SEED:
-            raise GenerationError(f"the seed must be between 0 and 2**63 - 1, got {seed}")
+        jobs = self.jobs
+        try:
+            check_seed(self.seed)
+        except SeedError as exc:
+            raise GenerationError(str(exc)) from None
         if jobs is not None and (
             isinstance(jobs, bool) or not isinstance(jobs, int | np.integer) or jobs < 1
         ):

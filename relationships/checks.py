@@ -27,6 +27,7 @@ from whatif_bench.relationships.imprints import Imprint, below, measure
 from whatif_bench.relationships.ranges import factor_bounds, factor_grid, sample_baselines
 from whatif_bench.relationships.registry import Registry
 from whatif_bench.relationships.verification import RULE, THRESHOLD
+from whatif_bench.seeding import rng as seeded_rng
 
 _TOLERANCE = 1e-12  # relative slack for "non-decreasing" comparisons of float results
 
@@ -227,7 +228,7 @@ def check_relationship(relationship: Relationship, seed: int = 0) -> list[Violat
             reported.add((rule, covariate))
             found.append(Violation(relationship.simulator, relationship.target, rule, message))
 
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng("checks", seed)
     y = sample_baselines(relationship)
     grid = factor_grid(relationship.history_pool)
     for k in range(1, relationship.max_k + 1):

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import functools
 import math
-import zlib
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -49,6 +48,7 @@ import numpy as np
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.shapes import bell_profile
 from whatif_bench.relationships.verification import THRESHOLD
+from whatif_bench.seeding import rng as seeded_rng
 
 # 32 steps, the shortest event of the axes (min of corpus.axes.EVENT_LENGTHS; written here
 # because relationships sits below the corpus room, and pinned to it by tests/test_imprints.py)
@@ -138,9 +138,7 @@ def event_rows(relationship: Relationship, k: int) -> tuple[np.ndarray, np.ndarr
     """Factor rows (R, k) of the events the shares are measured on, and a mask (R,) of the rows
     drawn as the generator draws them (the others are the corners; see the module doc)."""
     rows, drawn = [], []
-    rng = np.random.default_rng(
-        zlib.crc32(f"{relationship.simulator}/{relationship.target}/{k}".encode())
-    )
+    rng = seeded_rng("imprints", None, relationship.simulator, relationship.target, k)
     for direction in directions(relationship):
         sides = [side(relationship, c, direction) for c in range(k)]
         if any(s.size == 0 for s in sides):  # the generator cannot draw such an event

@@ -1,10 +1,12 @@
 """numba twins of the NumPy draws the training stream makes (private; see ``slot_generator``).
 
 A slot's generator is ``Generator(PCG64(SeedSequence(seed, spawn_key=(STREAM_DOMAIN, slot))))``
-(``stream.seeding.slot_rng``). Making one in Python costs about 20 us and each draw 1-2 us, more
-than all the arithmetic of a task, so the stream's kernels draw the very same numbers inside
-numba: the functions here reproduce, bit for bit, NumPy's ``SeedSequence`` mixing, its ``PCG64``
-(128-bit LCG with the XSL-RR output), and the ``Generator`` methods the stream calls:
+(``stream.seeding.slot_rng``: the ``stream`` domain of ``whatif_bench.seeding``, whose table
+gives the code; the callers pass it in ``key``, this module holds none). Making one in Python
+costs about 20 us and each draw 1-2 us, more than all the arithmetic of a task, so the
+stream's kernels draw the very same numbers inside numba: the functions here reproduce, bit
+for bit, NumPy's ``SeedSequence`` mixing, its ``PCG64`` (128-bit LCG with the XSL-RR output),
+and the ``Generator`` methods the stream calls:
 ``integers(n)`` (Lemire's bounded draw on 32-bit halves, which ``PCG64`` buffers),
 ``random()``, ``uniform(low, high)`` and ``choice(n, p=p)`` (a cumulative sum searched with one
 ``random()``). tests/test_stream_kernels.py checks every one against NumPy itself.

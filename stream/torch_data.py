@@ -34,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - the test venv installs the extr
     ) from exc
 
 from whatif_bench.corpus import Corpus, CorpusError
+from whatif_bench.seeding import rng, spawn_code
 from whatif_bench.stream.items import (
     COVARIATE_ARRAYS,
     FUTURE_ARRAYS,
@@ -48,8 +49,8 @@ from whatif_bench.stream.items import (
 from whatif_bench.stream.seeding import resolve_seed
 from whatif_bench.stream.task_stream import BATCH_SLOTS, StreamError, TaskStream
 
-# the domain of the corpus shuffle's seed sequence (apart from the stream's, see seeding.py)
-SHUFFLE_DOMAIN = 0x53485546  # "SHUF"
+# the domain of the corpus shuffle's seed sequence (apart from the stream's; whatif_bench.seeding)
+SHUFFLE_DOMAIN = spawn_code("shuffle")  # 0x53485546, "SHUF"
 
 
 def resolve_ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -205,8 +206,7 @@ class CorpusDataset(IterableDataset):
         n = len(self.task_ids)
         if not self.shuffle:
             return np.arange(n, dtype=np.int64)
-        sequence = np.random.SeedSequence(self.seed, spawn_key=(SHUFFLE_DOMAIN, self.epoch))
-        return np.random.Generator(np.random.PCG64(sequence)).permutation(n)
+        return rng("shuffle", self.seed, self.epoch).permutation(n)
 
     def __len__(self) -> int:
         return len(range(self.rank, len(self.task_ids), self.world_size))

@@ -16,7 +16,10 @@ import math
 import os
 from collections.abc import Callable
 
-MAX_SEED = 2**63 - 1  # the master seed is stored as a signed 64-bit HDF5 attribute
+# MAX_SEED is re-exported: the seed's range and check are whatif_bench.seeding's
+from whatif_bench.seeding import MAX_SEED as MAX_SEED
+from whatif_bench.seeding import SEED_RANGE, SeedError, check_seed
+
 # Stream slots are numbered 0 .. count - 1 and stored as signed 64-bit integers (the HDF5
 # shards' first_slot, the Parquet recipe); the shard bounds are generated lazily, so a count
 # this large costs no memory up front.
@@ -127,13 +130,14 @@ def jobs_int(text: str) -> int:
 
 
 def seed_int(text: str) -> int:
-    """A master seed: an integer with 0 <= seed <= 2**63 - 1."""
+    """A master seed: an integer with 0 <= seed <= 2**63 - 1 (``seeding.check_seed``)."""
     value = _integer(text)
-    if not 0 <= value <= MAX_SEED:
+    try:
+        return check_seed(value)
+    except SeedError:
         raise argparse.ArgumentTypeError(
-            f"must be between 0 and 2**63 - 1, got {_value(text, value)}"
-        )
-    return value
+            f"must be {SEED_RANGE}, got {_value(text, value)}"
+        ) from None
 
 
 def positive_float(text: str) -> float:

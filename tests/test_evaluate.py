@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import run_main, run_whatif
+from whatif_bench.corpus import CorpusError
 from whatif_bench.evaluation import Forecast, evaluate, runner
 from whatif_bench.evaluation.runner import (
     STRATA,
@@ -122,8 +123,11 @@ def test_bad_arguments(tmp_path, corpus_path):
         evaluate(corpus_path, ["naive"], tmp_path / "a", reference="ridge", progress=False)
     with pytest.raises(ValueError, match="unknown model 'prophet'"):
         evaluate(corpus_path, ["naive", "prophet"], tmp_path / "b", progress=False)
-    with pytest.raises(EvaluationError, match="fraction"):
-        select_tasks(pd.DataFrame({c: [] for c in STRATA}), 1.5)
+    empty = pd.DataFrame({c: [] for c in STRATA})
+    # the corpus room's one rule, shared with export (which refused True where evaluate did not)
+    for bad in (1.5, 0, True, float("nan")):
+        with pytest.raises(CorpusError, match="fraction"):
+            select_tasks(empty, bad)
 
 
 def test_stratified_subset_keeps_every_axis_combination():

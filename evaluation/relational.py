@@ -20,15 +20,30 @@ is the counterfactual (the baseline over the horizon). A model forecasts all thr
   with ``naive`` the last history value (the naive forecast's error is the band).
 
 All arrays are float64 here; a score with no step to count is NaN (left out of the means).
+
+``RELATIONAL`` is the evaluation's pass over the histories (``scoring.ScoringPass``): a chunk of
+histories is read as three inputs each (``relational_parts``), each model forecasts them in one
+batch, and each history gets a row of ``RELATIONAL_COLUMNS`` (``history_rows``).
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from whatif_bench.corpus.axes import pair_columns
+from whatif_bench.evaluation.chunk_store import ChunkLayout
+from whatif_bench.evaluation.corpus_ref import CovariateUnits
+from whatif_bench.evaluation.forecast_checks import Predicted, central
+from whatif_bench.evaluation.forecasters import TaskInput
+from whatif_bench.evaluation.scoring import ScoringPass
+
+if TYPE_CHECKING:
+    from whatif_bench.corpus import Corpus
 
 # intensity counts the steps whose |true effect| is at least this share of the window's mean
 # |true effect|: near a sign change of the true effect the ratio is noise over a tiny number
@@ -179,3 +194,88 @@ def summarise(per_history: pd.DataFrame, by: list[str] | None = None) -> pd.Data
         row["num_histories"] = len(group)
         rows.append(row)
     return pd.DataFrame(rows, columns=[*keys, *SCORE_COLUMNS, "num_histories"])
+
+
+# ---- the evaluation's pass over the histories -------------------------------------------------
+
+# A chunk of histories: the history (pair), the model, its scores and why it failed (empty:
+# scored); the file names' kind, ``chunk-relational-NNNNN.parquet``
+RELATIONAL_COLUMNS = ("pair_id", "model", *SCORE_COLUMNS, "failed")
+FUTURES = (*EVENT_FUTURES, RESTRAINT)  # a history's inputs, in the order a batch holds them
+
+
+def histories(tasks: pd.DataFrame) -> pd.DataFrame:
+    """The histories with a selected task (one row per pair of ``tasks``, a frame of the
+    corpus's task index), in the corpus's order, with the axis columns of their results."""
+    found = tasks.drop_duplicates("pair_id").sort_values("row", kind="stable")
+    return found[["pair_id", "target", *pair_columns()]]
+
+
+def relational_parts(
+    corpus: Corpus, pair_ids: list[str], units: CovariateUnits | None = None
+) -> tuple[list[TaskInput], list[HistoryTruth]]:
+    """The inputs of each history's three futures (Replay, Novel, Restraint, history by
+    history: ``FUTURES``) and their truths, read from ``corpus``."""
+    inputs = {
+        future: corpus.task_inputs([f"{p}/{future}" for p in pair_ids], units)
+        for future in EVENT_FUTURES
+    }
+    inputs[RESTRAINT] = corpus.restraint_inputs(pair_ids, units)
+    truths = {
+        future: corpus.ground_truths([f"{p}/{future}" for p in pair_ids])
+        for future in EVENT_FUTURES
+    }
+    counterfactuals = corpus.counterfactual_futures(pair_ids)
+    rows = corpus.pairs.set_index("pair_id").loc[pair_ids]
+    batch, made = [], []
+    for index, pair_id in enumerate(pair_ids):
+        batch += [inputs[future][index] for future in FUTURES]
+        restraint_input = inputs[RESTRAINT][index]
+        made.append(
+            HistoryTruth(
+                pair_id=pair_id,
+                counterfactual=counterfactuals[index].astype(np.float64),
+                replay=truths["replay"][index].astype(np.float64),
+                novel=truths["novel"][index].astype(np.float64),
+                event_steps=int(
+                    min(rows["event_length"].iloc[index], rows["prediction"].iloc[index])
+                ),
+                last_value=float(restraint_input.history_target[-1]),
+            )
+        )
+    return batch, made
+
+
+def history_rows(
+    label: str, predicted: Predicted | str, inputs: list[TaskInput], truths: list[HistoryTruth]
+) -> list[dict[str, Any]]:
+    """Model ``label``'s row of each history of a chunk (``RELATIONAL_COLUMNS``) from its
+    forecasts of ``inputs`` (three per history, as ``relational_parts`` orders them). A
+    history whose forecasts cannot be used has NaN scores and the reason in ``failed``."""
+    forecasts = predicted if isinstance(predicted, str) else predicted.forecasts
+    rows = []
+    for index, truth in enumerate(truths):
+        failed = forecasts if isinstance(forecasts, str) else ""
+        made: dict[str, np.ndarray] = {}
+        for offset, future in enumerate(FUTURES):
+            if failed:
+                break
+            value = central(forecasts[3 * index + offset], truth.counterfactual.size)
+            if isinstance(value, str):
+                failed = f"{future} forecast: {value}"
+            else:
+                made[future] = value
+        scores = dict.fromkeys(SCORE_COLUMNS, np.nan) if failed else history_scores(made, truth)
+        rows.append({"pair_id": truth.pair_id, "model": label, **scores, "failed": failed})
+    return rows
+
+
+RELATIONAL = ScoringPass(
+    title="relational",
+    table="relational.parquet",
+    layout=ChunkLayout(kind="relational", columns=RELATIONAL_COLUMNS),
+    failed_values=dict.fromkeys(SCORE_COLUMNS, np.nan),
+    units=histories,
+    read=relational_parts,
+    rows=history_rows,
+)

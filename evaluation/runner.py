@@ -8,10 +8,10 @@ whose fingerprint changed has its chunks deleted and recomputed. A chunk that ca
 (truncated, empty) is recomputed, and so is a chunk with failed tasks (a retry). A chunk of the
 format before per-task timings (no ``seconds`` and ``imputed`` columns) is read, not recomputed:
 its tasks get ``seconds`` NaN (not measured) and ``imputed`` False (that format had no imputed
-forecasts), and a note says so (``_read_chunk``).
+forecasts), and a note says so (``ChunkStore.read``).
 
-Each task's row also holds ``seconds``, the model's inference time for it (``_task_row``), and
-``imputed`` (``Forecast.imputed``). ``seconds`` is a measurement: it is the one output that
+Each task's row also holds ``seconds``, the model's inference time for it (``scoring.task_row``),
+and ``imputed`` (``Forecast.imputed``). ``seconds`` is a measurement: it is the one output that
 differs between two runs of the same evaluation (``TIMING_COLUMNS``; docs/METHOD.md, section 8).
 
 A model that fails (``predict`` raises, returns None or the wrong number of forecasts, a
@@ -22,72 +22,65 @@ errors, and are left out of that model's aggregates. ``EvaluationResult.failures
 Models cannot harm each other or the run (``evaluate``; docs/RELIABILITY.md): read-only inputs;
 a model of the user runs ``predict`` in a forked child process with a time limit per batch, so
 an endless loop, ``exit()``, ``os._exit`` or a crash fails that model's tasks with the reason;
-a worker process that dies is replaced and its chunks run again (``_run_pool``).
+a worker process that dies is replaced and its chunks run again (``dispatch.run_chunks``).
+
+This module orchestrates; the parts are modules of their own:
+
+- ``forecast_checks``: a model's forecasts checked against their tasks (the reasons);
+- ``model_calls``: one model called on one batch (read-only inputs, child process, time limit);
+- ``corpus_ref``: the corpus as one reference (``CorpusRef``) and each process's reader of it;
+- ``chunk_store``: the results folder (manifest, lock, model folders, chunks, resume);
+- ``scoring`` and ``relational``: the two passes, ``TASKS`` and ``RELATIONAL`` (``ScoringPass``);
+- ``dispatch``: a pass's chunks run on the pool and saved as they come, through worker deaths.
+
+Where the chunks run (this process, local worker processes or a dask cluster) is decided once,
+for both passes, by ``_jobs``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import functools
-import hashlib
-import json
 import math
 import os
-import signal
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 
-from whatif_bench.cluster import WORKER_DIED, WorkerDied
-from whatif_bench.corpus import covariate_units, select_tasks
-from whatif_bench.corpus.axes import pair_columns, strata
-from whatif_bench.errors import WhatIfError
-from whatif_bench.evaluation.forecasters import (
-    Forecaster,
-    ModelError,
-    NoForecast,
-    TaskInput,
-    fingerprint,
-    make_forecaster,
+from whatif_bench.corpus import covariate_units as covariate_units  # for callers of the runner
+from whatif_bench.corpus import select_tasks
+from whatif_bench.corpus.axes import strata
+from whatif_bench.evaluation.chunk_store import (
+    ChunkStore,
+    PendingChunk,
+    check_out_folder,
+    manifest,
+    open_store,
 )
-from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, score
-from whatif_bench.evaluation.relational import (
-    EVENT_FUTURES,
-    RESTRAINT,
-    SCORE_COLUMNS,
-    HistoryTruth,
-    history_scores,
+from whatif_bench.evaluation.corpus_ref import (
+    READER,
+    CorpusRef,
+    FileIdentity,
+    close_corpus_reader,
+    open_reader,
 )
-from whatif_bench.outputs import (
-    IDENTITY,
-    OutputError,
-    OutputLockedError,
-    atomic_output,
-    check_folder_kind,
-    check_output_path,
-    lock_path,
-    make_folder,
-    os_error,
-    output_lock,
-    read_identity,
-    safe_name,
-    write_identity,
-    write_text_atomic,
-)
-from whatif_bench.usercode import run_in_child
+from whatif_bench.evaluation.dispatch import ChunkJobs, PassState, save_all
+from whatif_bench.evaluation.errors import EvaluationError
+from whatif_bench.evaluation.forecast_checks import one_line
+from whatif_bench.evaluation.forecasters import Forecaster, ModelError, TaskInput, make_forecaster
+from whatif_bench.evaluation.model_calls import DEFAULT_MODEL_TIMEOUT_S, ModelCalls
+from whatif_bench.evaluation.relational import RELATIONAL
+from whatif_bench.evaluation.relational import relational_parts as relational_parts
+from whatif_bench.evaluation.scoring import TASKS, ScoringPass
+from whatif_bench.outputs import safe_name
 
 if TYPE_CHECKING:
-    from whatif_bench.corpus import Corpus
+    from whatif_bench.cluster import WorkPool
 
-CHUNK = 256
+CHUNK = 256  # tasks per chunk of the tasks' pass (read when a run starts)
+RELATIONAL_CHUNK = CHUNK // 2  # histories per relational chunk: three inputs each
 STRATA = strata()  # import-time copy, for callers; select_tasks reads ``strata()``
 
 # Measured, not computed: the only columns of the outputs that differ between two runs of the
@@ -95,15 +88,15 @@ STRATA = strata()  # import-time copy, for callers; select_tasks reads ``strata(
 # Everything else is the same bit for bit; ``without_timings`` drops them for a comparison.
 TIMING_COLUMNS = ("seconds", "seconds_per_task")
 
+# Names of the runner's internals before its parts became modules, kept for their callers
+_open_corpus = READER  # this thread's open corpus reader (``corpus_ref.READER``)
+_corpus_reader = open_reader  # (path, identity=None) -> (reader, covariate units, identity)
+
 
 def without_timings(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` without the measured columns (``TIMING_COLUMNS``), which two runs of the same
     evaluation cannot reproduce; what is left is reproducible bit for bit."""
     return frame.drop(columns=[c for c in TIMING_COLUMNS if c in frame.columns])
-
-
-class EvaluationError(WhatIfError):
-    """The evaluation cannot run (unknown model, mismatched output folder, bad subset)."""
 
 
 @dataclass
@@ -184,7 +177,7 @@ def check_task_ids(task_ids: Sequence[str] | None, subset: float | None) -> list
         raise EvaluationError("task_ids is empty; give at least one task id (None: all tasks)")
     wrong = [i for i in ids if not isinstance(i, str)]
     if wrong:
-        raise EvaluationError(f"task_ids must be strings, got {_one_line(repr(wrong[0]), 80)}")
+        raise EvaluationError(f"task_ids must be strings, got {one_line(repr(wrong[0]), 80)}")
     repeated = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) < len(ids) else []
     if repeated:
         raise EvaluationError(f"task_ids lists {repeated[:5]} more than once")
@@ -204,10 +197,6 @@ def tasks_with_ids(frame: pd.DataFrame, task_ids: list[str], corpus: object) -> 
             "task_ids must name tasks of the corpus evaluated (kept pairs only)"
         )
     return frame[known].reset_index(drop=True)
-
-
-def _model_label(model: Forecaster | str) -> str:
-    return model if isinstance(model, str) else model.name
 
 
 def _class_name(model: object) -> str:
@@ -239,873 +228,26 @@ def check_models(models: list[Forecaster | str]) -> list[str]:
     return labels
 
 
-def _one_line(text: object, limit: int = 300) -> str:
-    text = " ".join(str(text).split()) or "no message"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-@dataclass
-class _Predicted:
-    """A model's forecasts of a batch and the wall time of its predict call (s), measured in
-    the process that ran it (``_predict``)."""
-
-    forecasts: list
-    seconds: float
-
-    @property
-    def share(self) -> float:
-        """The wall time's share of one task (s): the time of a task whose forecast does not
-        give its own ``seconds``."""
-        return self.seconds / max(len(self.forecasts), 1)
-
-
-def _predict(forecaster, inputs: list[TaskInput]) -> _Predicted | str:
-    """The model's forecasts, or the reason they are unusable as a whole (in this process).
-
-    The wall time (``time.perf_counter``) covers ``predict`` and the reading of what it
-    returns (a generator does its work then), nothing else: in a model's child process it is
-    measured there, so the fork and the sending back are not charged to the model."""
-    started = time.perf_counter()
-    try:
-        forecasts = forecaster.predict(inputs)
-    except Exception as exc:  # a model's own bug fails its tasks, not the evaluation
-        return _one_line(f"predict raised {type(exc).__name__}: {exc}")
-    except SystemExit as exc:  # exit() in a model ends its tasks, not the run
-        return _one_line(f"predict called exit({exc.code!r})")
-    if forecasts is None:
-        return "predict returned None, not a list of forecasts"
-    try:
-        forecasts = list(forecasts)
-    except TypeError:
-        return f"predict returned a {type(forecasts).__name__}, not a list of forecasts"
-    except Exception as exc:  # a generator that raises while it is read
-        return _one_line(f"reading predict's forecasts raised {type(exc).__name__}: {exc}")
-    seconds = time.perf_counter() - started
-    if len(forecasts) != len(inputs):
-        return f"predict returned {len(forecasts)} forecasts for {len(inputs)} tasks"
-    return _Predicted(forecasts, seconds)
-
-
-DEFAULT_MODEL_TIMEOUT_S = 600.0  # per batch of tasks (a chunk): see ``evaluate``
-TIMEOUT_REASON = "predict took longer than {timeout:g} s"
-
-
-class _Unusable:
-    """A forecast that cannot be sent back from a model's process, with the reason."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-class _NotNumeric:
-    """Stands for a point or quantile forecast that is not numeric (``_forecast_arrays``
-    says so, as for the forecast itself)."""
-
-
-def _forecast_extras(forecast) -> tuple[bool, float | None] | str:
-    """A forecast's ``imputed`` flag and its own ``seconds`` (None: not given), as
-    ``Forecast`` defines them (absent: False and None), or why they are unusable: ``imputed``
-    must be a bool, ``seconds`` None or a finite number >= 0."""
-    imputed = getattr(forecast, "imputed", False)
-    seconds = getattr(forecast, "seconds", None)
-    if not isinstance(imputed, bool | np.bool_):
-        return _one_line(f"the forecast's imputed must be True or False, got {imputed!r}", 160)
-    if seconds is not None and (
-        isinstance(seconds, bool | np.bool_)
-        or not isinstance(seconds, int | float | np.integer | np.floating)
-        or not math.isfinite(seconds)
-        or seconds < 0
-    ):
-        return _one_line(
-            f"the forecast's seconds must be a finite number >= 0 (or None), got {seconds!r}", 160
-        )
-    return bool(imputed), None if seconds is None else float(seconds)
-
-
-def _portable(forecast):
-    """A forecast as plain arrays (and its ``imputed`` and ``seconds``, checked by
-    ``_forecast_extras``) that can be pickled back to the evaluation (a model's own classes
-    cannot: its module is not importable by name), or why it is unusable."""
-    if forecast is None:
-        return None
-    if isinstance(forecast, NoForecast):
-        return _Unusable(_one_line(f"the model gave no forecast: {forecast.reason}"))
-    try:
-        if not hasattr(forecast, "point") and not hasattr(forecast, "quantiles"):
-            return _Unusable(f"forecast is a {type(forecast).__name__}, not a Forecast")
-        fields: dict[str, Any] = {}
-        for name in ("point", "quantiles"):
-            value = getattr(forecast, name, None)
-            if value is not None:
-                try:
-                    value = np.array(value, dtype=np.float64)
-                except (TypeError, ValueError):
-                    value = _NotNumeric()
-            fields[name] = value
-        extras = _forecast_extras(forecast)
-    except Exception as exc:  # a property of the model's own class that raises
-        return _Unusable(_one_line(f"reading the forecast raised {type(exc).__name__}: {exc}"))
-    if isinstance(extras, str):
-        return _Unusable(extras)
-    fields["imputed"], fields["seconds"] = extras
-    return SimpleNamespace(**fields)
-
-
-def _exit_reason(status: int) -> str:
-    """Why the process running a model's predict ended early, from its wait status."""
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = f"signal {number}"
-        return f"the model's process died during predict ({name}, signal {number})"
-    code = os.waitstatus_to_exitcode(status)
-    return f"predict ended the model's process (exit status {code}; os._exit?)"
-
-
-def _predict_in_child(forecaster, inputs: list[TaskInput], timeout: float) -> _Predicted | str:
-    """``_predict`` in a forked child process, stopped (killed) after ``timeout`` seconds
-    (``usercode.run_in_child``).
-
-    The child has the model and the inputs already (fork); it sends back the forecasts as
-    plain arrays (``_portable``). Whatever the model does there (exit, ``os._exit``, a crash,
-    an endless loop, writes to memory) ends at most that child: it becomes the reason."""
-    result = run_in_child(functools.partial(_portable_predict, forecaster, inputs), timeout)
-    if result.ok:
-        return result.value
-    if result.timed_out:
-        return TIMEOUT_REASON.format(timeout=timeout)
-    if result.status is not None:
-        return _exit_reason(result.status)
-    return _one_line(f"the forecasts cannot be sent back: {result.unsent}")
-
-
-def _portable_predict(forecaster, inputs: list[TaskInput]) -> _Predicted | str:
-    """``_predict``, with the forecasts as plain arrays (``_portable``)."""
-    result = _predict(forecaster, inputs)
-    if isinstance(result, str):
-        return result
-    return _Predicted([_portable(forecast) for forecast in result.forecasts], result.seconds)
-
-
-def _isolated(model: Forecaster | str, timeout: float | None) -> bool:
-    """Whether ``model`` runs in a child process: models of the user (not the shipped
-    baselines) when there is a time limit, where processes can fork."""
-    return timeout is not None and not isinstance(model, str) and hasattr(os, "fork")
-
-
-def _read_only(inputs: list[TaskInput]) -> list[TaskInput]:
-    """Shallow copies of the inputs whose arrays cannot be written: a model that writes into
-    them gets a ValueError (its own tasks fail), never changes what the next model sees."""
-    shown = []
-    for given in inputs:
-        for name in ("history_target", "history_covariates", "future_covariates"):
-            value = getattr(given, name)
-            if isinstance(value, np.ndarray):
-                value.flags.writeable = False
-        shown.append(copy.copy(given))
-    return shown
-
-
-def _model_forecasts(
-    model: Forecaster | str,
-    inputs: list[TaskInput],
-    timeout: float | None,
-    given_up: dict[str, str] | None,
-) -> _Predicted | str:
-    """One model's forecasts of a batch (or why none): read-only inputs; the model's own
-    process with a time limit (``_isolated``); a model that ran out of time on an earlier
-    batch (``given_up``: label -> reason) is not called again."""
-    label = _model_label(model)
-    if given_up and label in given_up:
-        return given_up[label]
-    forecaster = make_forecaster(model) if isinstance(model, str) else model
-    batch = _read_only(inputs)
-    loading = _load_first(forecaster)  # not timed: the latency column is inference alone
-    if loading:
-        return loading
-    if _isolated(model, timeout) and _forkable(forecaster):
-        assert timeout is not None
-        return _predict_in_child(forecaster, batch, timeout)
-    return _predict(forecaster, batch)
-
-
-def _load_first(forecaster) -> str:
-    """Load a foundation model's weights in this process before its first batch: a batch's
-    forked child inherits them instead of reading the checkpoint again, and the loading is
-    not counted in the model's ``seconds``. The reason when loading fails (the adapter keeps
-    it: every batch of the model fails with it, the checkpoint is not read again), else
-    ``""``. Only the toolkit's own adapters are loaded here: a user's model code runs in the
-    child alone."""
-    from whatif_bench.evaluation.foundation.common import FoundationForecaster
-
-    if not isinstance(forecaster, FoundationForecaster):
-        return ""
-    try:
-        forecaster.loaded()
-    except Exception as exc:
-        return _one_line(f"loading the model raised {type(exc).__name__}: {exc}")
-    return ""
-
-
-def _forkable(forecaster) -> bool:
-    """Whether a model can run in a forked child: not a foundation model on a GPU (CUDA and
-    MPS do not survive a fork), which runs in this process, without the time limit."""
-    from whatif_bench.evaluation.foundation.common import FoundationForecaster
-
-    return not isinstance(forecaster, FoundationForecaster) or forecaster.device == "cpu"
-
-
-def _fatal(reason: str) -> bool:
-    """A failure after which the model is not called again in this run: it ran out of time,
-    or its run killed the worker process (``_run_alone``)."""
-    return reason.startswith((TIMEOUT_REASON.split("{", 1)[0], WORKER_DIED))
-
-
-def _score_forecast(truth: np.ndarray, forecast) -> dict[str, float] | str:
-    """wql and wape of one forecast, or the reason it cannot be scored."""
-    arrays = _forecast_arrays(forecast, truth.shape[0])
-    if isinstance(arrays, str):
-        return arrays
-    metrics = score(truth, arrays.get("point"), arrays.get("quantiles"))
-    if not all(np.isfinite(v) for v in metrics.values()):
-        return f"score is not finite ({metrics})"
-    return metrics
-
-
-def _central(forecast, horizon: int) -> np.ndarray | str:
-    """A forecast's point forecast, else its median (H,) float64, as WAPE scores it; or the
-    reason it is unusable."""
-    arrays = _forecast_arrays(forecast, horizon)
-    if isinstance(arrays, str):
-        return arrays
-    if "point" in arrays:
-        return arrays["point"]
-    return arrays["quantiles"][:, QUANTILE_LEVELS.index(0.5)]
-
-
-def _forecast_arrays(forecast, horizon: int) -> dict[str, np.ndarray] | str:
-    """The point and/or quantile arrays of one forecast (float64, checked), or why not."""
-    if forecast is None:
-        return "forecast is None"
-    if isinstance(forecast, _Unusable):
-        return forecast.reason
-    if isinstance(forecast, NoForecast):
-        return _one_line(f"the model gave no forecast: {forecast.reason}")
-    if not hasattr(forecast, "point") and not hasattr(forecast, "quantiles"):
-        return f"forecast is a {type(forecast).__name__}, not a Forecast"
-    arrays = {}
-    for name, shape in (("point", (horizon,)), ("quantiles", (horizon, len(QUANTILE_LEVELS)))):
-        value = getattr(forecast, name, None)
-        if value is None:
-            continue
-        try:
-            array = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):
-            return f"{name} forecast is not numeric"
-        if array.shape != shape:
-            return f"{name} forecast has shape {array.shape}, expected {shape}"
-        if not np.all(np.isfinite(array)):
-            return f"{name} forecast has NaN or infinite values"
-        arrays[name] = array
-    if not arrays:
-        return "forecast has neither a point forecast nor quantiles"
-    return arrays
-
-
-def _file_identity(path: str | os.PathLike) -> tuple[int, int, int, int]:
-    """What tells one corpus file from another at the same path: device, inode, size and
-    modification time (a regenerated corpus is renamed into place: a new inode)."""
-    stat = os.stat(path)
-    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-
-
-# This thread's open corpus: (path, identity, reader, covariate units), or absent. A worker
-# process opens the corpus once, for its first chunk, and keeps it for the next ones.
-_open_corpus = threading.local()
-
-
-def _corpus_reader(path: str, identity: tuple | None = None) -> tuple[Corpus, dict, tuple]:
-    """The open reader of the corpus ``path``, its covariate units (see ``covariate_units``) and
-    the file's identity (``_file_identity``); opened on first use in this process (thread) and
-    kept for the next chunks.
-
-    ``identity`` is the file's identity when the evaluation started (None: whatever is there
-    now). A reader already open goes on reading the file it opened; opening a file that has
-    changed since (regenerated in the meantime) or gone is an ``EvaluationError``."""
-    from whatif_bench.corpus import Corpus
-
-    cached = getattr(_open_corpus, "value", None)
-    if identity is not None and cached is not None and cached[:2] == (path, identity):
-        return cached[2], cached[3], identity
-    close_corpus_reader()
-    if identity is not None:
-        try:
-            found = _file_identity(path)
-        except OSError:
-            found = None
-        if found != identity:
-            raise EvaluationError(
-                f"{path}: the corpus changed (or went away) while it was being evaluated; run "
-                "the evaluation again"
-            )
-    corpus = Corpus(path)  # a CorpusError says why a file cannot be read
-    try:
-        identity = identity or _file_identity(path)
-        units = covariate_units(corpus.attrs)
-    except BaseException:
-        corpus.close()
-        raise
-    _open_corpus.value = (path, identity, corpus, units)
-    return corpus, units, identity
-
-
-def close_corpus_reader() -> None:
-    """Close this thread's open corpus reader, if any."""
-    cached = getattr(_open_corpus, "value", None)
-    _open_corpus.value = None
-    if cached is not None:
-        cached[2].close()
-
-
-def _score_chunk(
-    corpus_path: str,
-    identity: tuple,
-    task_ids: list[str],
-    models: list[Forecaster | str],
-    timeout: float | None = None,
-    given_up: dict[str, str] | None = None,
-) -> list[pd.DataFrame]:
-    """Forecast and score one chunk of tasks with several models, reading from this process's
-    open corpus only what the models see and the truth the metrics need.
-
-    Each frame has ``CHUNK_COLUMNS``: task_id, model, wql, wape, failed (the reason, empty when
-    scored), seconds and imputed (``_task_row``)."""
-    corpus, units, _ = _corpus_reader(corpus_path, identity)
-    return _score_tasks(
-        corpus.task_inputs(task_ids, units),
-        corpus.ground_truths(task_ids),
-        models,
-        timeout,
-        given_up,
-    )
-
-
-def _score_tasks(
-    inputs: list[TaskInput],
-    truths: list[np.ndarray],
-    models: list[Forecaster | str],
-    timeout: float | None = None,
-    given_up: dict[str, str] | None = None,
-) -> list[pd.DataFrame]:
-    """``_score_chunk`` on tasks already read (a dask worker may not see the corpus file):
-    each model sees ``inputs`` (read-only; see ``_model_forecasts`` for ``timeout`` and
-    ``given_up``); ``truths`` (the future targets, (H,) each) only the metrics."""
-    ids = [given.task_id for given in inputs]
-    frames = []
-    for model in models:
-        predicted = _model_forecasts(model, inputs, timeout, given_up)  # copies of the list
-        label = _model_label(model)
-        rows = [
-            {"task_id": task_id, "model": label, **_task_row(truth, predicted, index)}
-            for index, (task_id, truth) in enumerate(zip(ids, truths, strict=True))
-        ]
-        frames.append(_chunk_frame(rows))
-    return frames
-
-
-def _task_row(truth: np.ndarray, predicted: _Predicted | str, index: int) -> dict[str, Any]:
-    """The result of forecast ``index`` of a batch: wql, wape, failed, seconds and imputed.
-
-    ``seconds`` is the forecast's own ``seconds`` when it gives one, else the predict call's
-    share per task (``_Predicted.share``); a failed task (the batch, the forecast, its
-    ``imputed`` or ``seconds`` unusable) has NaN errors and seconds and ``imputed`` False."""
-    if isinstance(predicted, str):
-        return {**FAILED_VALUES, "failed": predicted}
-    forecast = predicted.forecasts[index]
-    try:
-        metrics = _score_forecast(truth.astype(np.float64), forecast)
-        extras = metrics if isinstance(metrics, str) else _forecast_extras(forecast)
-    except Exception as exc:
-        extras = _one_line(f"scoring raised {type(exc).__name__}: {exc}")
-    if isinstance(extras, str):
-        return {**FAILED_VALUES, "failed": extras}
-    assert isinstance(metrics, dict)
-    imputed, seconds = extras
-    own = predicted.share if seconds is None else seconds
-    return {**metrics, "failed": "", "seconds": own, "imputed": imputed}
-
-
-def _chunk_frame(rows: list[dict]) -> pd.DataFrame:
-    """Rows of ``CHUNK_COLUMNS`` as a chunk's frame, with its column types (``imputed`` bool,
-    the numbers float64)."""
-    frame = pd.DataFrame(rows, columns=CHUNK_COLUMNS)
-    return frame.astype({"wql": "float64", "wape": "float64", "seconds": "float64"}).astype(
-        {"imputed": bool}
-    )
-
-
-# A chunk of tasks: the errors, why the task failed (empty: scored), the model's inference
-# seconds of it (a measurement; NaN when failed) and whether its forecast was imputed.
-CHUNK_COLUMNS = ["task_id", "model", "wql", "wape", "failed", "seconds", "imputed"]
-# A chunk written before the per-task timings: read, with ``LEGACY_FILL`` (``_read_chunk``)
-LEGACY_CHUNK_COLUMNS = CHUNK_COLUMNS[:5]
-LEGACY_FILL = {"seconds": np.nan, "imputed": False}
-# What a task that failed holds, but for the reason in ``failed``
-FAILED_VALUES = {"wql": np.nan, "wape": np.nan, "seconds": np.nan, "imputed": False}
-RELATIONAL_COLUMNS = ["pair_id", "model", *SCORE_COLUMNS, "failed"]
-RELATIONAL_CHUNK = CHUNK // 2  # histories per relational chunk: three inputs each
-
-
-def relational_parts(
-    corpus: Corpus, pair_ids: list[str], units: dict | None = None
-) -> tuple[list[TaskInput], list[HistoryTruth]]:
-    """The inputs of each history's three futures (Replay, Novel, Restraint, history by
-    history) and their truths, read from ``corpus``."""
-    inputs = {
-        future: corpus.task_inputs([f"{p}/{future}" for p in pair_ids], units)
-        for future in EVENT_FUTURES
-    }
-    inputs[RESTRAINT] = corpus.restraint_inputs(pair_ids, units)
-    truths = {
-        future: corpus.ground_truths([f"{p}/{future}" for p in pair_ids])
-        for future in EVENT_FUTURES
-    }
-    counterfactuals = corpus.counterfactual_futures(pair_ids)
-    rows = corpus.pairs.set_index("pair_id").loc[pair_ids]
-    batch, made = [], []
-    for index, pair_id in enumerate(pair_ids):
-        batch += [inputs[future][index] for future in (*EVENT_FUTURES, RESTRAINT)]
-        restraint_input = inputs[RESTRAINT][index]
-        made.append(
-            HistoryTruth(
-                pair_id=pair_id,
-                counterfactual=counterfactuals[index].astype(np.float64),
-                replay=truths["replay"][index].astype(np.float64),
-                novel=truths["novel"][index].astype(np.float64),
-                event_steps=int(
-                    min(rows["event_length"].iloc[index], rows["prediction"].iloc[index])
-                ),
-                last_value=float(restraint_input.history_target[-1]),
-            )
-        )
-    return batch, made
-
-
-def _relational_chunk(
-    corpus_path: str,
-    identity: tuple,
-    pair_ids: list[str],
-    models: list[Forecaster | str],
-    timeout: float | None = None,
-    given_up: dict[str, str] | None = None,
-) -> list[pd.DataFrame]:
-    """Relational scores of one chunk of histories with several models (``_relational_tasks``),
-    read from this process's open corpus."""
-    corpus, units, _ = _corpus_reader(corpus_path, identity)
-    return _relational_tasks(*relational_parts(corpus, pair_ids, units), models, timeout, given_up)
-
-
-def _relational_tasks(
-    inputs: list[TaskInput],
-    truths: list[HistoryTruth],
-    models: list[Forecaster | str],
-    timeout: float | None = None,
-    given_up: dict[str, str] | None = None,
-) -> list[pd.DataFrame]:
-    """Each model forecasts ``inputs`` (three per history, as ``relational_parts`` orders them)
-    in one batch; one frame of ``RELATIONAL_COLUMNS`` per model, a row per history. A history
-    whose forecasts cannot be used has NaN scores and the reason in ``failed``."""
-    futures = (*EVENT_FUTURES, RESTRAINT)
-    frames = []
-    for model in models:
-        predicted = _model_forecasts(model, inputs, timeout, given_up)
-        forecasts = predicted if isinstance(predicted, str) else predicted.forecasts
-        rows = []
-        for index, truth in enumerate(truths):
-            failed = forecasts if isinstance(forecasts, str) else ""
-            central: dict[str, np.ndarray] = {}
-            for offset, future in enumerate(futures):
-                if failed:
-                    break
-                value = _central(forecasts[3 * index + offset], truth.counterfactual.size)
-                if isinstance(value, str):
-                    failed = f"{future} forecast: {value}"
-                else:
-                    central[future] = value
-            scores = (
-                dict.fromkeys(SCORE_COLUMNS, np.nan) if failed else history_scores(central, truth)
-            )
-            label = _model_label(model)
-            rows.append({"pair_id": truth.pair_id, "model": label, **scores, "failed": failed})
-        frames.append(pd.DataFrame(rows, columns=RELATIONAL_COLUMNS))
-    return frames
-
-
-def _write_chunk(frame: pd.DataFrame, path: Path) -> None:
-    """Write a chunk atomically (no lock of its own: the folder lock is already held)."""
-    with atomic_output(path, lock=False) as tmp:
-        frame.to_parquet(tmp, index=False)
-
-
-def _read_chunk(
-    path: Path, ids: list[str], label: str, columns: list[str] = CHUNK_COLUMNS
-) -> tuple[pd.DataFrame | None, str | None, bool]:
-    """A chunk on disk if it is complete and clean; else None (recompute) and why, if notable;
-    and whether it is of the format before per-task timings (``LEGACY_CHUNK_COLUMNS``).
-
-    ``columns``: ``CHUNK_COLUMNS`` (a chunk of tasks, ``ids`` its task ids) or
-    ``RELATIONAL_COLUMNS`` (a chunk of histories, ``ids`` their pair ids). A chunk of tasks of
-    the older format is read, with ``seconds`` NaN (not measured) and ``imputed`` False (no
-    forecast could be marked imputed then): its scores are the same as a new run's."""
-    if not path.exists():
-        return None, None, False
-    try:
-        frame = pd.read_parquet(path)
-    except Exception as exc:  # truncated, empty or not parquet at all
-        return None, f"{path}: unreadable ({_one_line(exc, 120)}); recomputing it", False
-    legacy = columns == CHUNK_COLUMNS and list(frame.columns) == LEGACY_CHUNK_COLUMNS
-    if legacy:
-        frame = frame.assign(**LEGACY_FILL).astype({"seconds": "float64", "imputed": bool})
-    if (
-        list(frame.columns) != columns
-        or frame[columns[0]].tolist() != ids
-        or set(frame["model"]) != {label}
-    ):
-        return None, f"{path}: does not hold this chunk's results; recomputing it", False
-    if (frame["failed"] != "").any():
-        return None, None, False  # failed tasks are retried
-    return frame, None, legacy
-
-
-def _saved_and_pending(
-    chunks: list[list[str]],
-    models: list,
-    labels: list[str],
-    path_of: Callable[[str, int], Path],
-    note: Callable[[str], None],
-    columns: list[str] = CHUNK_COLUMNS,
-) -> tuple[dict[tuple[str, int], pd.DataFrame], list]:
-    """The chunks already saved (``(label, index) -> frame``) and the work left: ``(index,
-    chunk, [(model, label), ...])`` for every chunk some model still needs, in chunk order.
-    ``path_of(label, index)`` is a chunk's file; ``note`` receives why a saved chunk is redone."""
-    done: dict[tuple[str, int], pd.DataFrame] = {}
-    todo = []
-    legacy: dict[str, int] = {}  # label -> chunks of the format before per-task timings
-    for index, chunk in enumerate(chunks):
-        pending = []
-        for model, label in zip(models, labels, strict=True):
-            frame, why, old = _read_chunk(path_of(label, index), chunk, label, columns)
-            if why:
-                note(why)
-            if frame is None:
-                pending.append((model, label))
-            else:
-                done[label, index] = frame
-                legacy[label] = legacy.get(label, 0) + old
-        if pending:
-            todo.append((index, chunk, pending))
-    for label, count in legacy.items():
-        if count:
-            note(
-                f"model {label!r}: {count:,} saved chunk(s) in {path_of(label, 0).parent} "
-                "predate per-task timings; their tasks are kept with seconds NaN (left out of "
-                "seconds_per_task) and imputed False"
-            )
-    return done, todo
-
-
-MAX_WORKER_DEATHS = 3  # deaths of a worker of the full pool; then one chunk at a time
-
-
-@dataclass
-class _Pass:
-    """One pass over chunks (the tasks', or the relational histories'), as it is saved: each
-    model's frame of a chunk goes to ``path_of(label, index)`` and into ``done``; ``columns``
-    are a frame's; ``given_up`` (label -> reason) holds the models not called again (``_fatal``);
-    ``bar`` counts the chunks finished."""
-
-    done: dict[tuple[str, int], pd.DataFrame]
-    path_of: Callable[[str, int], Path]
-    columns: list[str]
-    given_up: dict[str, str]
-    note: Callable[[str], None]
-    bar: Any
-    left: dict[int, int] = field(default_factory=dict)  # chunk index -> models not saved yet
-
-    def save(self, unit: tuple, frames: list[pd.DataFrame]) -> None:
-        """Write the frames of ``unit`` (``(index, ids, [(model, label), ...])``, a model's
-        frame each); a model with a fatal failure enters ``given_up``."""
-        index, _, pending = unit
-        for (_, label), frame in zip(pending, frames, strict=True):
-            _write_chunk(frame, self.path_of(label, index))
-            self.done[label, index] = frame
-            if label not in self.given_up:
-                fatal = [reason for reason in frame["failed"] if reason and _fatal(reason)]
-                if fatal:
-                    self.given_up[label] = f"{fatal[0]} (on an earlier batch; not called again)"
-        self.left[index] -= len(pending)
-        if self.left[index] == 0:
-            self.bar.update()
-
-    def fail(self, unit: tuple, reason: str) -> None:
-        """Save every task (history) of ``unit`` as failed with ``reason``, for its models."""
-        index, ids, pending = unit
-        self.save(unit, [_failed_frame(ids, label, reason, self.columns) for _, label in pending])
-
-
-def _failed_frame(ids: list[str], label: str, reason: str, columns: list[str]) -> pd.DataFrame:
-    """A model's frame of a chunk in which every task (history) of ``ids`` failed with
-    ``reason``: NaN scores (and a task's ``FAILED_VALUES``), as ``_score_tasks`` and
-    ``_relational_tasks`` write them."""
-    if columns == CHUNK_COLUMNS:
-        rows = [{"task_id": i, "model": label, **FAILED_VALUES, "failed": reason} for i in ids]
-        return _chunk_frame(rows)
-    scores = dict.fromkeys(columns[2:-1], np.nan)
-    rows = [{columns[0]: i, "model": label, **scores, "failed": reason} for i in ids]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def _save_results(
-    pool,
-    function: Callable,
-    call_of: Callable[[tuple], tuple],
-    todo: list,
-    state: _Pass,
-    labels: list[str],
-    n_chunks: int,
-) -> list[pd.DataFrame]:
-    """Compute the work of ``todo`` (``(index, ids, [(model, label), ...])`` per chunk, as
-    ``_saved_and_pending`` gives it): ``function(*call_of(unit))`` on ``pool``
-    (``_run_pool``), each result saved as it comes (``state.save``); then every chunk's
-    frame, model by model and chunk by chunk. A model that ran out of time or killed its
-    worker (``_fatal``) enters ``state.given_up``: the chunks sent out after this are not
-    given to it."""
-    state.left = {index: len(pending) for index, _, pending in todo}
-    _run_pool(pool, function, call_of, todo, state)
-    state.bar.close()
-    return [state.done[label, index] for label in labels for index in range(n_chunks)]
-
-
-def _run_pool(
-    pool, function: Callable, call_of: Callable[[tuple], tuple], todo: list, state: _Pass
-) -> None:
-    """Run every unit of ``todo`` on ``pool`` and save its result, in order.
-
-    A local worker process that dies (``WorkerDied``: the OOM killer, a kill, a model run in
-    the worker itself that ends or crashes it) loses the calls in flight, never what was
-    saved. The rest runs again in new worker processes, the first unit not saved alone
-    first (``_run_alone``: a model whose run alone kills its worker fails there and is given
-    up); a death that does not repeat loses nothing. After ``MAX_WORKER_DEATHS`` deaths of
-    a worker of the full pool, the rest runs one unit at a time. A Ctrl-C stops it all."""
-    queue = list(todo)
-    deaths = 0
-    while queue:
-        if deaths >= MAX_WORKER_DEATHS:
-            _run_alone(pool, function, call_of, queue.pop(0), state)
-            continue
-        batch, saved = list(queue), 0
-        try:
-            for frames in pool.ordered(function, (call_of(unit) for unit in batch)):
-                state.save(batch[saved], frames)
-                saved += 1
-            return
-        except WorkerDied as died:
-            del queue[:saved]
-            deaths += 1
-            state.note(
-                f"{died.reason}; chunk {queue[0][0]} and the ones after it run again in new "
-                "worker processes, that chunk alone first"
-                + ("; the rest one at a time" if deaths == MAX_WORKER_DEATHS else "")
-            )
-            _run_alone(pool, function, call_of, queue.pop(0), state)
-
-
-def _run_alone(
-    pool, function: Callable, call_of: Callable[[tuple], tuple], unit: tuple, state: _Pass
-) -> None:
-    """Run ``unit`` by itself in a worker process; if that dies too, each of its models by
-    itself: a model whose run kills its worker then fails the chunk with the reason (and is
-    not called again)."""
-    try:
-        _run_one(pool, function, call_of, unit, state)
-        return
-    except WorkerDied as died:
-        if len(unit[2]) == 1:
-            _blame(unit, died.reason, state)
-            return
-    index, ids, pending = unit
-    for model_and_label in pending:
-        single = (index, ids, [model_and_label])
-        try:
-            _run_one(pool, function, call_of, single, state)
-        except WorkerDied as died:
-            _blame(single, died.reason, state)
-
-
-def _run_one(
-    pool, function: Callable, call_of: Callable[[tuple], tuple], unit: tuple, state: _Pass
-) -> None:
-    """Run ``unit`` alone on ``pool`` and save its result."""
-    for frames in pool.ordered(function, [call_of(unit)]):
-        state.save(unit, frames)
-
-
-def _blame(unit: tuple, reason: str, state: _Pass) -> None:
-    """Fail the one model of ``unit``, whose run alone killed its worker process."""
-    index, _, [(_, label)] = unit
-    state.note(
-        f"model {label!r} killed its worker process again when chunk {index} ran it alone: "
-        f"{reason}; its tasks there fail and it is not called again"
-    )
-    state.fail(unit, reason)
-
-
-def _unit_models(unit: tuple) -> list[Forecaster | str]:
-    """The models of a unit of work ``(index, ids, [(model, label), ...])``."""
-    return [model for model, _ in unit[2]]
-
-
-def _manifest(
-    corpus_path: Path, attrs: dict, tasks: pd.DataFrame, subset: float | None, seed: int
-) -> dict:
-    digest = hashlib.sha256("\n".join(tasks["task_id"]).encode()).hexdigest()
-    return {
-        "corpus": str(corpus_path.resolve()),
-        "corpus_baselines_hash": attrs.get("baselines_hash"),
-        "corpus_registry_hash": attrs.get("registry_hash"),
-        "corpus_seed": attrs.get("master_seed"),
-        "subset": subset,
-        "subset_seed": seed,
-        "tasks": len(tasks),
-        "tasks_hash": digest,
-    }
-
-
-def _read_json(path: Path) -> dict:
-    """A JSON object from ``path``, or ``EvaluationError`` naming the file."""
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        why = "empty" if path.is_file() and path.stat().st_size == 0 else _one_line(exc, 120)
-        raise EvaluationError(
-            f"{path}: not a readable evaluation manifest ({why}); delete it or use a new --out"
-        ) from None
-    if not isinstance(value, dict):
-        raise EvaluationError(
-            f"{path}: not an evaluation manifest (a JSON object); delete it or use a new --out"
-        )
-    return value
-
-
-@contextlib.contextmanager
-def _lock_folder(out: Path) -> Iterator[None]:
-    """Hold ``out/.evaluation.lock`` so two evaluations never write the same folder."""
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(output_lock(out / "evaluation"))
-        except OutputLockedError:
-            raise OutputLockedError(
-                f"{out}: another whatif evaluate is writing into this folder; wait for it to "
-                "finish or choose another --out"
-            ) from None
-        yield
-
-
-EVALUATION = "evaluation"  # the kind of an evaluation folder's identity record (outputs)
-_LOCK_NAME = lock_path(Path("evaluation")).name  # what _lock_folder leaves in the folder
-_NEW_FOLDER = "choose a new or empty folder (or an earlier whatif evaluate's, to resume it)"
-
-
-def check_out_folder(
-    out: str | os.PathLike, corpus_path: str | os.PathLike, create: bool = True
-) -> Path:
-    """``out`` as a folder that exists and can be written, or a clear ``OutputError``;
-    ``create=False`` checks it without creating anything.
-
-    An existing folder must be empty (but for the lock file ``_lock_folder`` leaves) or hold
-    this toolkit's identity record of kind ``evaluation`` (``outputs.read_identity``: an
-    evaluation to resume); a folder of anyone else's, or another whatif output (an export, a
-    stream, a diagnosis), is refused before anything is written in it. A folder without the
-    record gets it when it is created (``create``), so other commands never replace it.
-    """
-    if str(out).strip() == "":
-        raise OutputError("the output folder (--out) is empty; give a folder for the results")
-    out = check_output_path(out, inputs=[corpus_path], folder=True)
-    if out.is_dir():
-        check_folder_kind(
-            out, "whatif evaluate", EVALUATION, "write into", [_LOCK_NAME], _NEW_FOLDER
-        )
-    if not create:
-        return out
-    make_folder(out)
-    if read_identity(out) is None:
-        try:
-            write_identity(out, EVALUATION)
-        except OSError as exc:
-            raise os_error(exc, out) from None
-    return out
-
-
-def _new_folders(out: str | os.PathLike) -> list[Path]:
-    """``out`` and those of its parents that do not exist yet, deepest first: the folders
-    ``check_out_folder`` is about to make."""
-    made = []
-    for folder in (Path(out), *Path(out).parents):
-        if os.path.lexists(folder):
-            break
-        made.append(folder)
-    return made
-
-
-def _remove_unused(out: Path, made: list[Path]) -> bool:
-    """Remove the folders ``made`` by this run (``_new_folders``) while ``out`` holds nothing
-    but its identity record and lock file; a folder holding anything else is kept. Returns
-    False (an exit callback that never swallows the exception)."""
-    if not made:
-        return False
-    try:
-        names = {entry.name for entry in out.iterdir()}
-    except OSError:
-        return False
-    if not names <= {IDENTITY, _LOCK_NAME}:
-        return False
-    for name in names:
-        with contextlib.suppress(OSError):
-            (out / name).unlink()
-    for folder in made:
-        try:
-            folder.rmdir()  # only ever an empty folder
-        except OSError:
-            break
-    return False
-
-
-def _prepare_model_folder(
-    folder: Path, label: str, model: Forecaster | str, log: Callable[[str], None]
-) -> None:
-    """Make ``folder`` hold results of this very model: a changed fingerprint deletes the old
-    chunks (they were scored by another version of the model)."""
-    make_folder(folder)
-    current = fingerprint(model)
-    meta = folder / "model.json"
-    try:
-        stored = json.loads(meta.read_text())
-    except (OSError, ValueError):
-        stored = None
-    if isinstance(stored, dict) and stored.get("id") == current["id"]:
-        return
-    old = sorted(folder.glob("chunk-*.parquet"))
-    if old:
-        was = stored.get("id") if isinstance(stored, dict) else "unknown"
-        log(
-            f"model {label!r} changed since its results in {folder} were written (fingerprint "
-            f"{was} -> {current['id']}); recomputing them"
-        )
-        for path in old:
-            path.unlink()
-    write_text_atomic(meta, json.dumps(current, indent=1) + "\n", lock=False)
+@dataclass(frozen=True)
+class EvaluationRun:
+    """The settings of one evaluation, as ``evaluate`` checked them (see there): the corpus
+    file, the models and their labels (names in the results), the output folder, the task
+    selection (``subset`` and its ``seed``, or ``task_ids``), the ``reference`` model, whether
+    the ``relational`` pass runs, the ``model_timeout`` (s per batch; None: no limit), and how
+    the run reports (``progress`` bars, ``log`` of its notes)."""
+
+    corpus_path: Path
+    models: tuple[Forecaster | str, ...]
+    labels: tuple[str, ...]
+    out: str | os.PathLike
+    subset: float | None = None
+    seed: int = 0
+    reference: str = "naive"
+    task_ids: tuple[str, ...] | None = None
+    relational: bool = False
+    model_timeout: float | None = DEFAULT_MODEL_TIMEOUT_S
+    progress: bool = True
+    log: Callable[[str], None] | None = None
 
 
 def evaluate(
@@ -1169,8 +311,8 @@ def evaluate(
     dies too, each of its models alone. A model whose run alone kills its worker fails that
     chunk's tasks with the reason ("the worker process died (killed by signal 9 SIGKILL: out
     of memory, or killed)") and is not called again; a death that does not repeat loses
-    nothing. After ``MAX_WORKER_DEATHS`` deaths the rest runs one chunk at a time. Each death
-    is a note. A Ctrl-C stops the whole run; the chunks scored are kept.
+    nothing. After ``dispatch.MAX_WORKER_DEATHS`` deaths the rest runs one chunk at a time.
+    Each death is a note. A Ctrl-C stops the whole run; the chunks scored are kept.
     """
     from whatif_bench.cluster import open_pool
 
@@ -1196,204 +338,151 @@ def evaluate(
         )
     ids = check_task_ids(task_ids, subset)
     check_out_folder(out, corpus_path, create=False)
+    run = EvaluationRun(
+        corpus_path=Path(corpus_path),
+        models=tuple(models),
+        labels=tuple(labels),
+        out=out,
+        subset=subset,
+        seed=seed,
+        reference=reference,
+        task_ids=None if ids is None else tuple(ids),
+        relational=relational,
+        model_timeout=model_timeout,
+        progress=progress,
+        log=log,
+    )
     with open_pool(jobs, cluster) as pool:
-        return _run_evaluation(
-            corpus_path,
-            models,
-            labels,
-            out,
-            subset,
-            reference,
-            seed,
-            pool,
-            progress,
-            log,
-            relational,
-            model_timeout,
-            ids,
-        )
+        return _run_evaluation(run, pool)
 
 
-def _run_evaluation(
-    corpus_path,
-    models,
-    labels,
-    out,
-    subset,
-    reference,
-    seed,
-    pool,
-    progress,
-    log,
-    relational,
-    timeout=None,
-    task_ids=None,
-) -> EvaluationResult:
-    """``evaluate`` once the models are checked and the pool is ready."""
-    from tqdm import tqdm
+@dataclass
+class _Session:
+    """What the passes of one evaluation share: its settings, the pool, the results folder,
+    the corpus, and the models given up so far (label -> reason, ``model_calls.fatal``): a
+    model given up in the tasks' pass is not called in the relational pass either."""
 
+    run: EvaluationRun
+    pool: WorkPool
+    store: ChunkStore
+    corpus: CorpusRef
+    given_up: dict[str, str] = field(default_factory=dict)
+
+
+def _run_evaluation(run: EvaluationRun, pool: WorkPool) -> EvaluationResult:
+    """``evaluate`` once the settings are checked (``run``) and the pool is ready."""
     from whatif_bench.evaluation.report import write_reports
 
-    corpus_path = Path(corpus_path)
     notes: list[str] = []
 
     def note(message: str) -> None:
         notes.append(message)
-        if log is not None:
-            log(message)
+        if run.log is not None:
+            run.log(message)
 
     with contextlib.ExitStack() as stack:
         # this process's reader: the index here, and the chunks when they run in this process;
         # opened before the folder is made, so a corpus that cannot be read leaves nothing
         stack.callback(close_corpus_reader)
-        corpus, units, identity = _corpus_reader(str(corpus_path))
-        made = _new_folders(out)
-        out = check_out_folder(out, corpus_path)
+        corpus = CorpusRef.start(str(run.corpus_path))
+        reader, _ = corpus.open()
         # a run that fails before writing anything removes the folders it made (only those)
-        stack.push(lambda failed, *_: failed is not None and _remove_unused(out, made))
-        stack.enter_context(_lock_folder(out))
-        frame, attrs = corpus.tasks_frame(), corpus.attrs
+        store = stack.enter_context(open_store(run.out, run.corpus_path, note))
+        frame, attrs = reader.tasks_frame(), reader.attrs
         if frame.empty:
-            raise EvaluationError(f"{corpus_path} holds no tasks")
-        if task_ids is None:
-            tasks = select_tasks(frame, subset, seed)
+            raise EvaluationError(f"{run.corpus_path} holds no tasks")
+        if run.task_ids is None:
+            tasks = select_tasks(frame, run.subset, run.seed)
         else:
-            tasks = tasks_with_ids(frame, task_ids, corpus_path)
-        if subset is not None and log is not None:
-            log(  # said, but not a note of the result: nothing went wrong
-                f"--subset {subset:g} selects {len(tasks):,} of {len(frame):,} tasks "
-                f"({len(tasks) / len(frame):.1%}): ceil({subset:g} x size) of each stratum"
+            tasks = tasks_with_ids(frame, list(run.task_ids), run.corpus_path)
+        if run.subset is not None and run.log is not None:
+            run.log(  # said, but not a note of the result: nothing went wrong
+                f"--subset {run.subset:g} selects {len(tasks):,} of {len(frame):,} tasks "
+                f"({len(tasks) / len(frame):.1%}): ceil({run.subset:g} x size) of each stratum"
             )
-        manifest = _manifest(corpus_path, attrs, tasks, subset, seed)
-        manifest_path = out / "manifest.json"
-        if manifest_path.exists():
-            if _read_json(manifest_path) != manifest:
-                raise EvaluationError(
-                    f"{out} holds results of another evaluation (corpus or selection differ); "
-                    "use a new --out"
-                )
-        else:
-            write_text_atomic(manifest_path, json.dumps(manifest, indent=1), lock=False)
-
-        ids = tasks["task_id"].tolist()
-        chunks = [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
-        folders = {label: out / "per_task" / label for label in labels}
-        for model, label in zip(models, labels, strict=True):
-            _prepare_model_folder(folders[label], label, model, note)
-        done, todo = _saved_and_pending(
-            chunks, models, labels, lambda label, index: folders[label] / _chunk_name(index), note
-        )
-        bar = tqdm(total=len(todo), desc="evaluating", unit="chunk", disable=not progress)
-        # models that ran out of time: label -> reason; each chunk is sent with what is known
-        # when it is sent (the calls are generated lazily)
-        given_up: dict[str, str] = {}
-        if pool.distributed:  # read here, a few chunks ahead of the workers
-            function: Callable = _score_tasks
-
-            def call_of(unit: tuple) -> tuple:
-                _, c, _ = unit
-                inputs, truths = corpus.task_inputs(c, units), corpus.ground_truths(c)
-                return (inputs, truths, _unit_models(unit), timeout, dict(given_up))
-
-        else:  # each worker process opens the corpus once (_corpus_reader)
-            function = _score_chunk
-
-            def call_of(unit: tuple) -> tuple:
-                path = str(corpus_path)
-                return (path, identity, unit[1], _unit_models(unit), timeout, dict(given_up))
-
-        state = _Pass(
-            done, lambda lb, i: folders[lb] / _chunk_name(i), CHUNK_COLUMNS, given_up, note, bar
-        )
-        parts = _save_results(pool, function, call_of, todo, state, labels, len(chunks))
-        per_task = pd.concat(parts, ignore_index=True).merge(tasks, on="task_id", how="inner")
-        with atomic_output(out / "per_task.parquet", lock=False) as tmp:
-            per_task.to_parquet(tmp, index=False)
+        store.claim(manifest(run.corpus_path, attrs, tasks, run.subset, run.seed))
+        store.prepare_models(run.models, run.labels)
+        session = _Session(run, pool, store, corpus)
+        per_task = _run_pass(session, TASKS, tasks, CHUNK)
         per_history = None
-        if relational:
-            per_history = _run_relational(
-                corpus,
-                units,
-                str(corpus_path),
-                identity,
-                tasks,
-                models,
-                labels,
-                folders,
-                pool,
-                progress,
-                note,
-                timeout,
-                given_up,
-            )
-            with atomic_output(out / "relational.parquet", lock=False) as tmp:
-                per_history.to_parquet(tmp, index=False)
-        board = write_reports(per_task, reference, out, per_history)
-    return EvaluationResult(per_task, board, reference, out, notes, per_history)
+        if run.relational:
+            per_history = _run_pass(session, RELATIONAL, tasks, RELATIONAL_CHUNK)
+        board = write_reports(per_task, run.reference, store.out, per_history)
+    return EvaluationResult(per_task, board, run.reference, store.out, notes, per_history)
 
 
-def _run_relational(
-    corpus,
-    units,
-    corpus_path,
-    identity,
-    tasks,
-    models,
-    labels,
-    folders,
-    pool,
-    progress,
-    note,
-    timeout=None,
-    given_up=None,
+def _run_pass(
+    session: _Session, scoring: ScoringPass, tasks: pd.DataFrame, size: int
 ) -> pd.DataFrame:
-    """Relational scores of every history with a selected task, chunk by chunk (resumable as
-    the task chunks are: ``per_task/<model>/chunk-relational-<n>.parquet``); one row per
-    history and model, with the history's axis columns."""
+    """Run the pass ``scoring`` over its units of the selected ``tasks``, in chunks of
+    ``size`` units, resuming from the chunks saved (``ChunkStore.resume``); its table (one row
+    per unit and model, joined with the units' columns) is written to the folder and returned."""
     from tqdm import tqdm
 
-    histories = tasks.drop_duplicates("pair_id").sort_values("row", kind="stable")
-    ids = histories["pair_id"].tolist()
-    chunks = [ids[i : i + RELATIONAL_CHUNK] for i in range(0, len(ids), RELATIONAL_CHUNK)]
-    done, todo = _saved_and_pending(
-        chunks,
-        models,
-        labels,
-        lambda label, index: folders[label] / _relational_chunk_name(index),
-        note,
-        RELATIONAL_COLUMNS,
-    )
-    bar = tqdm(total=len(todo), desc="relational", unit="chunk", disable=not progress)
-    given_up = {} if given_up is None else given_up
-    if pool.distributed:
-        function: Callable = _relational_tasks
-
-        def call_of(unit: tuple) -> tuple:
-            inputs_and_truths = relational_parts(corpus, unit[1], units)
-            return (*inputs_and_truths, _unit_models(unit), timeout, dict(given_up))
-
-    else:
-        function = _relational_chunk
-
-        def call_of(unit: tuple) -> tuple:
-            return (corpus_path, identity, unit[1], _unit_models(unit), timeout, dict(given_up))
-
-    state = _Pass(
-        done,
-        lambda label, index: folders[label] / _relational_chunk_name(index),
-        RELATIONAL_COLUMNS,
-        given_up,
-        note,
-        bar,
-    )
-    parts = _save_results(pool, function, call_of, todo, state, labels, len(chunks))
-    axes = ["pair_id", "target", *pair_columns()]
-    return pd.concat(parts, ignore_index=True).merge(histories[axes], on="pair_id", how="inner")
+    run, store = session.run, session.store
+    units = scoring.units(tasks)
+    ids = units[scoring.key].tolist()
+    chunks = [ids[i : i + size] for i in range(0, len(ids), size)]
+    done, todo = store.resume(scoring.layout, chunks, run.models, run.labels)
+    bar = tqdm(total=len(todo), desc=scoring.title, unit="chunk", disable=not run.progress)
+    state = PassState(scoring, store, done, session.given_up, bar)
+    save_all(_jobs(session, scoring), todo, state)
+    parts = state.frames(list(run.labels), len(chunks))
+    table = pd.concat(parts, ignore_index=True).merge(units, on=scoring.key, how="inner")
+    store.write_table(scoring.table, table)
+    return table
 
 
-def _chunk_name(index: int) -> str:
-    return f"chunk-{index:05d}.parquet"
+def _jobs(session: _Session, scoring: ScoringPass) -> ChunkJobs:
+    """Where the chunks of ``scoring`` run, decided here for both passes.
+
+    On a dask cluster (the workers may not see the corpus file) this process reads each
+    chunk's inputs and truths, a few chunks ahead of the workers, and sends them with it
+    (``_score_tasks``). Otherwise the chunk's ids go to this process (``jobs`` 1) or a local
+    worker process, which reads them through its own reader of the corpus (``_score_chunk``).
+    Each call carries the models given up when it is made (the calls are made lazily)."""
+    run, given_up, corpus = session.run, session.given_up, session.corpus
+
+    def calls() -> ModelCalls:
+        return ModelCalls(run.model_timeout, dict(given_up))
+
+    if session.pool.distributed:
+        reader, units = corpus.open()
+
+        def read_here(chunk: PendingChunk) -> tuple:
+            inputs, truths = scoring.read(reader, chunk.ids, units)
+            return (inputs, truths, chunk.models, calls(), scoring)
+
+        return ChunkJobs(session.pool, _score_tasks, read_here)
+
+    def by_ids(chunk: PendingChunk) -> tuple:
+        return (corpus.path, corpus.identity, chunk.ids, chunk.models, calls(), scoring)
+
+    return ChunkJobs(session.pool, _score_chunk, by_ids)
 
 
-def _relational_chunk_name(index: int) -> str:
-    return f"chunk-relational-{index:05d}.parquet"
+def _score_chunk(
+    corpus_path: str,
+    identity: FileIdentity,
+    ids: list[str],
+    models: list[Forecaster | str],
+    calls: ModelCalls | None = None,
+    scoring: ScoringPass = TASKS,
+) -> list[pd.DataFrame]:
+    """A local job: the chunk of units ``ids`` of ``scoring`` (default the tasks' pass) read
+    through this process's reader of the corpus ``CorpusRef(corpus_path, identity)`` and
+    scored with each model (``ScoringPass.score_chunk``): one frame of the pass's columns per
+    model. (The corpus goes as its two fields: the first arguments of the job of old.)"""
+    return scoring.score_chunk(CorpusRef(corpus_path, identity), ids, models, calls)
+
+
+def _score_tasks(
+    inputs: list[TaskInput],
+    truths: list[Any],
+    models: list[Forecaster | str],
+    calls: ModelCalls | None = None,
+    scoring: ScoringPass = TASKS,
+) -> list[pd.DataFrame]:
+    """A dask job: a chunk of ``scoring`` (default the tasks' pass) already read by the
+    evaluation, scored with each model (``ScoringPass.score``)."""
+    return scoring.score(inputs, truths, models, calls)

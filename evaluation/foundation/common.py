@@ -235,7 +235,7 @@ class FoundationForecaster:
         fork: one torch thread. A child whose parent had run torch's OpenMP thread pool hangs
         in its first parallel operation otherwise (checked with torch 2.x). ``sys.modules``
         is the parent's at the fork, so torch found there came from the parent. The runner
-        loads the model in the parent before it forks each batch (``runner._load_before_fork``:
+        loads the model in the parent before it forks each batch (``model_calls.load_first``:
         the checkpoint is read once per process, not once per batch), so under ``evaluate``
         the children always run torch on one thread."""
         torch = sys.modules.get("torch")

@@ -1,20 +1,33 @@
-"""Shared fixtures: the shipped registry (loaded once) and seeded random generators."""
+"""Shared fixtures and helpers: the shipped registry (loaded once), seeded random generators,
+the command line in-process (``run_main``, ``run_cli``) or as the real console script
+(``run_whatif``), corpora built once per session, and the quick tier (docs/TESTING.md)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from whatif_bench.relationships import load_registry
+from tests import quick_tier
+from tests.quick_tier import NOT_QUICK, ImportLog
+
+# Every import from here on is recorded for the quick tier's check (below): this file imports
+# the package only inside its fixtures and helpers, so the log sees the package's whole tree.
+IMPORTS = ImportLog()
+IMPORTS.install()
 
 
 @pytest.fixture(scope="session")
 def registry():
+    from whatif_bench.relationships import load_registry
+
     return load_registry()
 
 
@@ -36,6 +49,33 @@ def run_whatif(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     )
 
 
+# ``whatif`` in a new process whose evaluation reports draw one skill plot (as
+# ``drawing_one_skill_plot``, imported from this file: the tests folder goes last on the path)
+_ONE_SKILL_PLOT_MAIN = f"""
+import sys
+from pathlib import Path
+sys.path.append({str(Path(__file__).resolve().parents[1])!r})
+from tests.conftest import drawing_one_skill_plot
+from whatif_bench import cli
+
+with drawing_one_skill_plot():
+    code = cli.main(sys.argv[1:])
+sys.exit(code)
+"""
+
+
+def run_whatif_drawing_one_skill_plot(*args: str) -> subprocess.CompletedProcess:
+    """``run_whatif`` for ``whatif evaluate`` runs whose process is the point (a model that
+    crashes, exits or kills its worker must not end the run) but whose five skill plots are not
+    (about 1 s of each run): the same ``cli.main`` in a new process, drawing one plot."""
+    return subprocess.run(
+        [sys.executable, "-P", "-c", _ONE_SKILL_PLOT_MAIN, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def run_main(capsys, *argv: str) -> tuple[object, str, str]:
     """The command line in-process: (exit code, stdout, stderr), with the error-line promises
     checked (no traceback, no ``unexpected`` line)."""
@@ -48,6 +88,26 @@ def run_main(capsys, *argv: str) -> tuple[object, str, str]:
     out, err = capsys.readouterr()
     assert "Traceback" not in err and "unexpected" not in err, err
     return code, out, err
+
+
+def run_cli(*argv: str, check: bool = False) -> subprocess.CompletedProcess:
+    """The command line in-process with ``run_whatif``'s result (``returncode``, ``stdout``,
+    ``stderr``; ``check=True`` raises ``CalledProcessError`` on a non-zero exit), for the tests
+    of what a command says and writes, where the process itself is not the point. Like
+    ``run_whatif`` it checks nothing itself, and it needs no fixture (module fixtures use it
+    too). Output of worker processes, or written to the file descriptors, is not captured."""
+    from whatif_bench.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code: object = main(list(argv))
+        except SystemExit as exc:  # argparse: usage errors, --help
+            code = exc.code
+    result = subprocess.CompletedProcess(["whatif", *argv], code, out.getvalue(), err.getvalue())
+    if check:
+        result.check_returncode()
+    return result
 
 
 def small_corpus(folder, targets: tuple[str, ...], seed: int = 0):
@@ -99,3 +159,178 @@ def one_target_task_id(one_target_corpus) -> str:
 
     with Corpus(one_target_corpus) as opened:
         return opened.task_ids()[0]
+
+
+@contextlib.contextmanager
+def drawing_one_skill_plot():
+    """While open, evaluation reports draw one skill plot (by simulator) instead of one per axis.
+
+    Drawing the five plots is most of what a small evaluation costs (about 2 s each time); the
+    tests that use this check failures, chunks, scores and tables, not the figures, and still
+    draw one from their own results (so a figure of failed or partial scores is still drawn).
+    The full set is checked in tests/test_evaluate.py and tests/test_figures.py."""
+    from whatif_bench.evaluation import report
+
+    draw_every_plot = report._plots
+
+    def plots(per_task, reference, folder):
+        # the report's own drawing, over the one axis (the tables still read every slice)
+        every_slice = report.slices
+        report.slices = lambda: {"simulator": every_slice()["simulator"]}
+        try:
+            draw_every_plot(per_task, reference, folder)
+        finally:
+            report.slices = every_slice
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(report, "_plots", plots)
+        yield
+
+
+@pytest.fixture
+def one_skill_plot():
+    """One test's evaluations draw one skill plot (``drawing_one_skill_plot``)."""
+    with drawing_one_skill_plot():
+        yield
+
+
+@pytest.fixture(scope="module")
+def one_skill_plot_in_module():
+    """A module's evaluations, its module fixtures' too, draw one skill plot; for
+    ``pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")``."""
+    with drawing_one_skill_plot():
+        yield
+
+
+# ---- corpora shared by the session (read only: a test that changes one copies it first) ----
+
+
+@pytest.fixture(scope="session")
+def two_target_corpus(tmp_path_factory):
+    """``sumo/flow_loop_e_0_near`` and ``epanet/pressure_10``: two simulators, two calendars."""
+    return small_corpus(
+        tmp_path_factory.mktemp("two-target-corpus"), ("sumo/flow_loop_e_0_near", ONE_TARGET)
+    )
+
+
+@pytest.fixture(scope="session")
+def sumo_one_day():
+    """``sumo.run(days=1)``: one day of SUMO (about 4 s), run once per session (read only)."""
+    from whatif_bench.simulators import sumo
+
+    return sumo.run(days=1)
+
+
+# ---- the quick tier (docs/TESTING.md) -------------------------------------------------------
+#
+# ``quick`` is every test not marked slow, heavy or containers: conftest adds the marker, so
+# ``bash dev test -m quick`` and ``-m "not slow"`` select the same tests. A parametrized test
+# marked ``one_quick`` keeps its first case in the quick tier; conftest marks the others slow.
+# tests/test_quick_tier.py checks that the quick tier imports every module of the package, from
+# what this process imported while the quick tests ran: every ``import`` statement executed (by
+# a test, a fixture, the collection of a test file, or the package's own code while a test ran)
+# is recorded with who was running, and what importing a module imports in turn at its top level.
+
+ALL_ITEMS = pytest.StashKey[list]()  # every test collected, before -m or -k deselected any
+RAN: set[str] = set()  # the tests this process ran (under xdist, this worker's share)
+WORKER_PARTS: list[dict | None] = []  # under xdist, on the controller: each worker's part
+QUICK_TIER_CHECK = (
+    "tests/test_quick_tier.py::test_every_package_module_is_imported_by_the_quick_tier"
+)
+QUICK_TIER_VERDICT = pytest.StashKey[tuple[str, str]]()  # (outcome, words) for the summary
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    first_cases = set()
+    for item in items:  # one_quick: every case of the test but its first is slow
+        if item.get_closest_marker("one_quick"):
+            test = (item.path, getattr(item, "originalname", item.name))
+            if test in first_cases:
+                item.add_marker(pytest.mark.slow)
+            first_cases.add(test)
+    for item in items:
+        if not any(item.get_closest_marker(name) for name in NOT_QUICK):
+            item.add_marker(pytest.mark.quick)
+    config.stash[ALL_ITEMS] = list(items)
+    # the quick tier's check reads what the tests before it imported: it runs last
+    items.sort(key=lambda item: item.nodeid.startswith("tests/test_quick_tier.py::"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    # a test file is imported when its module collector collects
+    previous, IMPORTS.context = IMPORTS.context, f"collect:{collector.path.name}"
+    yield
+    IMPORTS.context = previous
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    previous, IMPORTS.context = IMPORTS.context, f"fixture:{fixturedef.argname}"
+    yield
+    IMPORTS.context = previous
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    RAN.add(item.nodeid)
+    IMPORTS.context = f"test:{item.nodeid}"
+    yield
+    IMPORTS.context = "between tests"
+
+
+def this_session(session) -> quick_tier.Session:
+    """This process's part of the quick tier's check."""
+    return quick_tier.Session(
+        IMPORTS,
+        [quick_tier.record_of(item) for item in session.config.stash[ALL_ITEMS]],
+        {item.nodeid for item in session.items},
+        set(RAN),
+    )
+
+
+def distributing(config) -> bool:
+    """This is pytest-xdist's controller, handing the tests to worker processes."""
+    return config.pluginmanager.getplugin("dsession") is not None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    # pytest-xdist, on the controller: a worker finished (or crashed, without its part)
+    WORKER_PARTS.append(getattr(node, "workeroutput", {}).get("quick_tier"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if hasattr(config, "workerinput"):  # an xdist worker: its part goes to the controller
+        config.workeroutput["quick_tier"] = quick_tier.to_message(this_session(session))
+        return
+    if not distributing(config) or not WORKER_PARTS:
+        return  # a plain run: tests/test_quick_tier.py checked it as a test
+    if any(part is None for part in WORKER_PARTS):
+        config.stash[QUICK_TIER_VERDICT] = ("skipped", "a worker ended without its import log")
+        return
+    whole = quick_tier.merged(WORKER_PARTS)
+    if QUICK_TIER_CHECK not in whole.selected:
+        return
+    reason = quick_tier.why_not_checked(whole, quick_tier.whole_suite(config))
+    if reason:
+        config.stash[QUICK_TIER_VERDICT] = ("skipped", reason)
+        return
+    failure = quick_tier.failure_message(*quick_tier.uncovered(whole))
+    if failure:
+        config.stash[QUICK_TIER_VERDICT] = ("FAILED", failure)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    else:
+        modules = len(quick_tier.package_modules())
+        words = f"every one of the package's {modules} modules is imported by a quick test"
+        config.stash[QUICK_TIER_VERDICT] = ("passed", words)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    verdict = config.stash.get(QUICK_TIER_VERDICT, None)
+    if verdict is not None:
+        outcome, words = verdict
+        terminalreporter.section(f"quick tier coverage (checked after the workers): {outcome}")
+        terminalreporter.line(words, red=outcome == "FAILED", green=outcome == "passed")

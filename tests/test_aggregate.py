@@ -61,6 +61,7 @@ def test_the_reference_example():
     n_models=st.integers(2, 5),
     ref=st.integers(0, 4),
 )
+@pytest.mark.slow  # about 4 s
 def test_equal_to_fev_leaderboard(seed, n_tasks, n_models, ref):
     rng = np.random.default_rng(seed)
     models = [f"m{i}" for i in range(n_models)]

@@ -25,6 +25,7 @@ def extended():
     return load_registry([EXTRA_TARGET])
 
 
+@pytest.mark.slow  # about 1 s
 def test_extending_a_simulator_adds_a_target_with_a_user_form(extended):
     assert len(extended) == 100
     relationship = extended.get("sumo", "speed_loop_e_1_far")
@@ -33,6 +34,7 @@ def test_extending_a_simulator_adds_a_target_with_a_user_form(extended):
     assert check_registry(extended, only=[("sumo", "speed_loop_e_1_far")]).ok
 
 
+@pytest.mark.slow  # about 1 s
 def test_user_form_kernel_equals_its_python_definition(extended, rng):
     relationship = extended.get("sumo", "speed_loop_e_1_far")
     y = rng.uniform(0, 20, 300)

@@ -20,6 +20,9 @@ import pytest
 from whatif_bench.generator import Corpus
 from whatif_bench.simulators import read_baselines, shipped_baselines_path
 
+# real EPANET runs, generate, verify, evaluate and export as new processes: about 30 s together
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "AUTHORING.md"
 

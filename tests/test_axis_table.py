@@ -51,6 +51,7 @@ def test_the_sweep_reads_the_table(registry, monkeypatch):
     assert sorted({key.k for key, _, _ in sweep.pair_keys(relationship)}) == [1, 3]
 
 
+@pytest.mark.slow  # about 3 s
 def test_a_new_value_reaches_the_corpus_and_its_tasks(longer_table):
     values, corpus, _ = longer_table
     assert sorted(corpus.pairs["event_length"].unique()) == sorted(values)
@@ -63,6 +64,7 @@ def test_a_new_value_reaches_the_corpus_and_its_tasks(longer_table):
     assert list(by_length) == [str(v) for v in sorted(values)]
 
 
+@pytest.mark.slow  # its fixture generates and evaluates a corpus: about 2 s
 def test_a_new_value_reaches_the_strata_and_the_reports(longer_table):
     values, corpus, result = longer_table
     frame = corpus.tasks_frame()
@@ -94,6 +96,7 @@ def test_names_order_and_labels_come_from_the_table(monkeypatch, tmp_path):
     assert list(report.slices())[0] == "C"
 
 
+@pytest.mark.slow  # the fixture's corpus and evaluation: about 2 s
 def test_filter_accepts_the_table_names_only(longer_table, monkeypatch):
     _, corpus, _ = longer_table
     with pytest.raises(CorpusError, match="unknown axis"):

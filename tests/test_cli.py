@@ -1,4 +1,6 @@
-"""The ``whatif relationships`` command line, run as a real subprocess."""
+"""The ``whatif relationships`` command line, run in-process (``run_cli``: the same ``main``
+the console script calls; the script as a process is tested where exit codes and signals are
+the point, e.g. tests/test_generator_hardening.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_cli
 from whatif_bench.relationships.docs import render_reference
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_list_json_has_one_object_per_target_with_the_stable_keys(registry):
-    result = run_whatif("relationships", "list", "--json", check=True)
+    result = run_cli("relationships", "list", "--json", check=True)
     rows = json.loads(result.stdout)
     assert len(rows) == 99
     keys = {
@@ -45,13 +47,13 @@ def test_list_json_has_one_object_per_target_with_the_stable_keys(registry):
 
 def test_list_filters_by_simulator():
     rows = json.loads(
-        run_whatif("relationships", "list", "--simulator", "gridlabd", "--json", check=True).stdout
+        run_cli("relationships", "list", "--simulator", "gridlabd", "--json", check=True).stdout
     )
     assert {r["simulator"] for r in rows} == {"gridlabd"} and len(rows) == 11
 
 
 def test_eval_reads_factor_lists_in_step_and_matches_the_api(registry):
-    result = run_whatif(
+    result = run_cli(
         "relationships",
         "eval",
         "--simulator",
@@ -88,7 +90,7 @@ def test_eval_reads_factor_lists_in_step_and_matches_the_api(registry):
     ],
 )
 def test_eval_errors_are_clear_and_exit_non_zero(args, message):
-    result = run_whatif(
+    result = run_cli(
         "relationships",
         "eval",
         "--simulator",
@@ -106,9 +108,7 @@ def test_eval_errors_are_clear_and_exit_non_zero(args, message):
 
 
 def test_eval_unknown_target_lists_the_valid_ones():
-    result = run_whatif(
-        "relationships", "eval", "--simulator", "sumo", "--target", "CO3", "--y", "1"
-    )
+    result = run_cli("relationships", "eval", "--simulator", "sumo", "--target", "CO3", "--y", "1")
     assert (
         result.returncode == 1
         and "has no target 'CO3'" in result.stderr
@@ -116,8 +116,9 @@ def test_eval_unknown_target_lists_the_valid_ones():
     )
 
 
+@pytest.mark.slow  # about 1 s
 def test_check_passes_on_the_shipped_registry():
-    result = run_whatif("relationships", "check")
+    result = run_cli("relationships", "check")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "checked 99 relationship(s): all rules hold" in result.stdout
 
@@ -147,7 +148,7 @@ params = { exponent = 0.5 }
 rationale = "deliberately wrong"
 """
     )
-    result = run_whatif("relationships", "check", str(spec), "--json")
+    result = run_cli("relationships", "check", str(spec), "--json")
     assert result.returncode == 1
     report = json.loads(result.stdout)
     assert report["checked"] == 1 and not report["ok"]
@@ -157,7 +158,7 @@ rationale = "deliberately wrong"
 
 def test_doc_writes_markdown(tmp_path):
     out = tmp_path / "REL.md"
-    run_whatif("relationships", "doc", "--out", str(out), check=True)
+    run_cli("relationships", "doc", "--out", str(out), check=True)
     text = out.read_text()
     assert text.startswith("# Relationship reference")
     assert text.count("#### `") == 99
@@ -169,7 +170,7 @@ def test_committed_reference_is_up_to_date(registry):
 
 
 def test_plot_draws_response_curves(tmp_path):
-    run_whatif(
+    run_cli(
         "relationships",
         "plot",
         "--simulator",

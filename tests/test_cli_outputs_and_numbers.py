@@ -25,6 +25,7 @@ def test_plot_into_an_existing_file_is_refused(tmp_path, capsys):
     assert out.read_text() == "keep me"
 
 
+@pytest.mark.slow  # about 1 s
 def test_plot_writes_complete_pngs_and_no_temporary_files(tmp_path, capsys):
     code, out, _ = run(
         capsys,

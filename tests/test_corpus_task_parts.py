@@ -21,6 +21,9 @@ from whatif_bench.evaluation import evaluate, runner
 from whatif_bench.evaluation.forecasters import Forecast, TaskInput
 from whatif_bench.generator import Corpus
 
+# the reports draw one skill plot, not five (tests/conftest.py): not what these tests check
+pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")
+
 TARGETS = ("sumo/flow_loop_e_0_near", "epanet/pressure_10")
 
 
@@ -65,6 +68,7 @@ def _orders(ids: list[str]) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("order", ["all", "shuffled", "scattered", "one", "both-futures"])
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_inputs_and_truths_equal_the_full_tasks(corpus_path, units, order):
     with Corpus(corpus_path) as corpus:
         ids = _orders(corpus.task_ids())[order]
@@ -138,6 +142,7 @@ class LastValue:
         return [Forecast(point=np.full(t.prediction_length, t.history_target[-1])) for t in batch]
 
 
+@pytest.mark.slow  # about 3 s
 def test_the_evaluation_opens_the_corpus_once_and_reads_no_recipe(
     tmp_path, corpus_path, monkeypatch
 ):

@@ -79,6 +79,7 @@ def error_lines(err: str) -> list[str]:
 
 
 # 1. The same outputs as a local run.
+@pytest.mark.slow  # about 2 s
 def test_generate_on_the_cluster_writes_the_local_corpus_byte_for_byte(
     tmp_path, address, corpus_path, capsys
 ):
@@ -92,6 +93,7 @@ def test_generate_on_the_cluster_writes_the_local_corpus_byte_for_byte(
     assert "generating" in err  # the progress bar still runs
 
 
+@pytest.mark.slow  # about 5 s
 def test_evaluate_on_the_cluster_gives_the_local_per_task_results(
     tmp_path, address, corpus_path, capsys, monkeypatch
 ):
@@ -126,6 +128,7 @@ def test_evaluate_on_the_cluster_gives_the_local_per_task_results(
         assert (tmp_path / "dask" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
 
 
+@pytest.mark.slow  # about 2 s
 def test_stream_shards_on_the_cluster_are_the_local_bytes(tmp_path, address, capsys):
     # the training worlds come from the default cache ($WHATIF_WORLDS), built on first use
     code, _, err = whatif(capsys, "stream", *STREAM, "--out", str(tmp_path / "l"), "--jobs", "1")
@@ -173,6 +176,7 @@ def _die(value: int) -> int:
     os._exit(1)  # as the OOM killer would end the worker
 
 
+@pytest.mark.slow  # about 1 s
 def test_a_worker_that_dies_is_one_clear_error(tmp_path):
     with (
         dask.config.set({"distributed.scheduler.allowed-failures": 0}),
@@ -208,6 +212,7 @@ def _command(name: str, corpus_path, out) -> list[str]:
 
 
 @pytest.mark.parametrize("command", ["generate", "evaluate", "stream"])
+@pytest.mark.one_quick  # about 3 s over all its cases
 def test_an_unreachable_scheduler_is_one_error_before_any_work(
     tmp_path, corpus_path, capsys, command
 ):

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import run_whatif, small_corpus
+from tests.conftest import run_cli, small_corpus
 from whatif_bench.corpus.describe import (
     SCHEMA,
     Describer,
@@ -77,6 +77,7 @@ def test_shapley_matches_the_permutation_definition(rng):
         np.testing.assert_allclose(shapley(worth), _shapley_by_permutations(worth, k), atol=1e-12)
 
 
+@pytest.mark.slow  # about 2 s
 def test_attribution_sums_to_the_total_for_both_classes_and_every_k(described):
     seen = set()
     for task, relationship, _, description in described:
@@ -423,20 +424,18 @@ def test_a_restraint_task_has_no_future_event_and_says_nothing_changes(tmp_path)
 # ---- whatif show --describe ---------------------------------------------------------------
 def test_show_describe_prints_the_description_and_the_text(described, corpus_path):
     task, relationship, future, description = described[len(described) // 2]
-    shown = run_whatif("show", task.task_id, "--corpus", str(corpus_path), "--describe")
+    shown = run_cli("show", task.task_id, "--corpus", str(corpus_path), "--describe")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout) == description
-    text = run_whatif("show", task.task_id, "--corpus", str(corpus_path), "--scenario")
+    text = run_cli("show", task.task_id, "--corpus", str(corpus_path), "--scenario")
     assert text.returncode == 0, text.stderr
     assert text.stdout == scenario_text(task, relationship) + "\n"
-    plain = run_whatif("show", task.task_id, "--corpus", str(corpus_path))
+    plain = run_cli("show", task.task_id, "--corpus", str(corpus_path))
     assert plain.stdout.splitlines()[0] == task.task_id  # the usual summary, unchanged
     assert "schema" not in plain.stdout
-    first = run_whatif("show", "--describe", task.task_id, "--corpus", str(corpus_path))
+    first = run_cli("show", "--describe", task.task_id, "--corpus", str(corpus_path))
     assert first.returncode == 0 and json.loads(first.stdout) == json.loads(shown.stdout)
-    both = run_whatif(
-        "show", task.task_id, "--corpus", str(corpus_path), "--describe", "--scenario"
-    )
+    both = run_cli("show", task.task_id, "--corpus", str(corpus_path), "--describe", "--scenario")
     assert both.returncode != 0 and "not allowed with argument" in both.stderr
 
 

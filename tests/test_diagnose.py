@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import run_whatif, small_corpus
+from tests.conftest import run_cli, small_corpus
 from whatif_bench.generator import Corpus
 from whatif_bench.generator.diagnose import (
     check_out_folder,
@@ -147,6 +147,7 @@ def _median(values) -> float:
     return float(np.median(values[~np.isnan(values)]))
 
 
+@pytest.mark.slow  # about 2 s
 def test_diagnostics_equal_hand_computations(corpus_path, report, registry):
     with h5py.File(corpus_path, "r") as h5:
         ratios = h5["events/ratio"][()]
@@ -283,9 +284,10 @@ def test_quantile_treats_inf_as_larger_than_any_number(finite, n_inf, q):
 
 
 # ---- the command line ---------------------------------------------------------------------
+@pytest.mark.slow  # about 2 s
 def test_cli_round_trip(corpus_path, report, tmp_path):
     out = tmp_path / "diag"
-    result = run_whatif("diagnose", str(corpus_path), "--out", str(out), "--json")
+    result = run_cli("diagnose", str(corpus_path), "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout)
     assert printed == json.loads((out / "diagnostics.json").read_text())
@@ -306,7 +308,7 @@ def test_cli_round_trip(corpus_path, report, tmp_path):
     assert "diagnosing" in result.stderr  # the progress bar; stdout held only the JSON
 
     # a second run replaces the earlier report, leaving nothing else behind
-    text = run_whatif("diagnose", str(corpus_path), "--target", "is_AUX_on", "--out", str(out))
+    text = run_cli("diagnose", str(corpus_path), "--target", "is_AUX_on", "--out", str(out))
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0].split()[:3] == ["target", "pairs", "pass"]
@@ -316,13 +318,15 @@ def test_cli_round_trip(corpus_path, report, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".diag.lock", "diag"]
 
 
+@pytest.mark.slow  # about 1 s
 def test_relationships_diagnose_prints_the_same_table(corpus_path, tmp_path):
-    spec = run_whatif("relationships", "diagnose", "--target", *TARGETS)
-    corpus = run_whatif("diagnose", str(corpus_path))
+    spec = run_cli("relationships", "diagnose", "--target", *TARGETS)
+    corpus = run_cli("diagnose", str(corpus_path))
     assert spec.returncode == 0 and corpus.returncode == 0, spec.stderr + corpus.stderr
     assert spec.stdout == corpus.stdout
 
 
+@pytest.mark.slow  # about 3 s
 def test_a_new_target_is_diagnosed_from_its_spec_before_generating(tmp_path):
     """The author's path: a spec adding a target (a saturating user form) to SUMO, on a
     baselines file that records its series, diagnosed without generating anything."""
@@ -334,7 +338,7 @@ def test_a_new_target_is_diagnosed_from_its_spec_before_generating(tmp_path):
         units={**sumo.units, "speed_loop_e_1_far": sumo.units["speed_loop_e_1_near"]},
     )
     baselines = write_baselines(tmp_path / "b.h5", [extra])
-    result = run_whatif(
+    result = run_cli(
         "relationships",
         "diagnose",
         str(ROOT / "examples/extra_sumo_target.toml"),
@@ -432,6 +436,7 @@ BAD_INPUT = [
 
 
 @pytest.mark.parametrize(("arguments", "message", "code"), BAD_INPUT)
+@pytest.mark.one_quick  # about 2 s over all its cases
 def test_bad_input_is_one_error_and_writes_nothing(
     tmp_path, corpus_path, other_registry, bad_spec, arguments, message, code
 ):
@@ -456,7 +461,7 @@ def test_bad_input_is_one_error_and_writes_nothing(
     if "--out" not in filled:
         filled += ["--out", str(out)]
     before = sorted(p.name for p in tmp_path.iterdir())
-    clean_failure(run_whatif(*filled), message, code)
+    clean_failure(run_cli(*filled), message, code)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert file.read_text() == "keep" and sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
 
@@ -476,6 +481,7 @@ def test_an_earlier_report_is_replaced_but_nothing_else(tmp_path, report):
         check_out_folder("/")
 
 
+@pytest.mark.slow  # about 4 s
 def test_the_report_folder_is_the_same_byte_for_byte_whatever_the_workers(
     corpus_path, report, tmp_path
 ):

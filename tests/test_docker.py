@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_cli
 from whatif_bench.simulators import containers
 from whatif_bench.simulators.containers import ContainerError, Engine
 
@@ -187,7 +187,7 @@ def run_whatif_env(env: dict[str, str], *args: str):
 
 
 def test_container_and_opendc_image_options_do_not_mix(tmp_path):
-    result = run_whatif(
+    result = run_cli(
         "simulate",
         "--simulator",
         "opendc",

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_main, run_whatif
+from tests.conftest import run_cli, run_main
 from whatif_bench.corpus import CorpusError
 from whatif_bench.evaluation import Forecast, evaluate, runner
 from whatif_bench.evaluation.runner import (
@@ -18,20 +18,13 @@ from whatif_bench.evaluation.runner import (
     select_tasks,
     without_timings,
 )
-from whatif_bench.generator import Corpus, GenerationConfig, generate
-from whatif_bench.simulators import shipped_baselines_path
+from whatif_bench.generator import Corpus
 
 
 @pytest.fixture(scope="module")
-def corpus_path(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("eval-corpus")
-    config = GenerationConfig(
-        baselines=str(shipped_baselines_path()),
-        out=str(folder / "c.h5"),
-        targets=("sumo/flow_loop_e_0_near", "epanet/pressure_10"),
-        jobs=1,
-    )
-    return generate(config, progress=False)
+def corpus_path(two_target_corpus):
+    """sumo/flow_loop_e_0_near and epanet/pressure_10 (the session's; no test here changes it)."""
+    return two_target_corpus
 
 
 class MeanOfHistory:
@@ -46,6 +39,7 @@ class MeanOfHistory:
         ]
 
 
+@pytest.mark.slow  # about 4 s
 def test_evaluate_scores_every_task_and_writes_reports(tmp_path, corpus_path):
     out = tmp_path / "eval"
     result = evaluate(
@@ -69,6 +63,7 @@ def test_evaluate_scores_every_task_and_writes_reports(tmp_path, corpus_path):
     assert "| model |" in (out / "leaderboard.md").read_text()
 
 
+@pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
 def test_the_naive_error_is_its_wql_at_the_median(tmp_path, corpus_path):
     said: list[str] = []
     result = evaluate(
@@ -92,6 +87,8 @@ def test_the_naive_error_is_its_wql_at_the_median(tmp_path, corpus_path):
     )
 
 
+@pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
+@pytest.mark.slow  # about 1 s
 def test_an_interrupted_evaluation_resumes_without_recomputing(tmp_path, corpus_path):
     out = tmp_path / "resume"
     evaluate(corpus_path, ["naive", "ridge"], out, subset=0.5, progress=False)
@@ -111,6 +108,7 @@ def test_an_interrupted_evaluation_resumes_without_recomputing(tmp_path, corpus_
     )
 
 
+@pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
 def test_a_folder_of_another_evaluation_is_refused(tmp_path, corpus_path):
     out = tmp_path / "mixed"
     evaluate(corpus_path, ["naive"], out, subset=0.05, progress=False)
@@ -149,6 +147,8 @@ def test_stratified_subset_keeps_every_axis_combination():
     assert len(select_tasks(frame, 0.01)) == 3  # at least one task of every combination
 
 
+@pytest.mark.slow  # xgboost and a user model in two worker processes: about 15 s
+@pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
 def test_cli_with_reference_and_a_user_model(tmp_path, corpus_path):
     model_file = tmp_path / "my_model.py"
     model_file.write_text(
@@ -160,7 +160,7 @@ def test_cli_with_reference_and_a_user_model(tmp_path, corpus_path):
         "        return [Forecast(point=np.full(t.prediction_length, t.history_target[-1])) for t in batch]\n"
     )
     out = tmp_path / "cli"
-    result = run_whatif(
+    result = run_cli(
         "evaluate",
         str(corpus_path),
         "--models",
@@ -181,8 +181,13 @@ def test_cli_with_reference_and_a_user_model(tmp_path, corpus_path):
         0.0
     )  # the same forecast as the reference
     assert json.loads((out / "manifest.json").read_text())["subset"] == 0.03
-    bad = run_whatif(
-        "evaluate", str(corpus_path), "--models", "naive,prophet", "--out", str(tmp_path / "x")
+    bad = run_cli(
+        "evaluate",
+        str(corpus_path),
+        "--models",
+        "naive,prophet",
+        "--out",
+        str(tmp_path / "x"),
     )
     assert bad.returncode != 0 and "unknown model 'prophet'" in bad.stderr
 
@@ -202,6 +207,8 @@ class Recorder:
         ]
 
 
+@pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
+@pytest.mark.slow  # about 1 s
 def test_evaluate_describes_each_task_to_the_model(tmp_path, corpus_path):
     from whatif_bench.evaluation.forecasters import frequency_alias
 
@@ -226,6 +233,8 @@ def test_evaluate_describes_each_task_to_the_model(tmp_path, corpus_path):
             np.testing.assert_array_equal(seen.future_covariates, task.future_covariates)
 
 
+@pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
+@pytest.mark.slow  # about 1 s
 def test_a_dict_model_is_scored_through_evaluate(tmp_path, corpus_path):
     from whatif_bench.evaluation.adapters import from_dict_model
 
@@ -272,6 +281,8 @@ class ImputesNovel:
 LATENCY_COLUMNS = ["num_tasks", "num_failed", "num_imputed", "seconds_per_task"]
 
 
+@pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
+@pytest.mark.slow  # about 1 s
 def test_seconds_and_imputed_reach_per_task_the_leaderboard_and_the_summary(
     tmp_path, corpus_path, capsys
 ):
@@ -337,6 +348,7 @@ def some_ids(corpus_path) -> list[str]:
     return [ids[i] for i in (40, 3, 17, 250, 9, 101, 77)]
 
 
+@pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
 def test_task_ids_restrict_the_evaluation_to_exactly_those_tasks(tmp_path, corpus_path, some_ids):
     out = tmp_path / "o"
     result = evaluate(corpus_path, ["naive", "ridge"], out, task_ids=some_ids, progress=False)
@@ -383,6 +395,7 @@ def test_bad_task_ids_are_one_clear_error(
     assert not (tmp_path / "new").exists()  # nothing left behind
 
 
+@pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
 def test_chunks_written_before_the_timings_resume_without_recomputing(
     tmp_path, corpus_path, some_ids, monkeypatch
 ):

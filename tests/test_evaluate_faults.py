@@ -25,24 +25,20 @@ from tests.conftest import whatif_executable
 from whatif_bench.cli import main
 from whatif_bench.evaluation import Forecast, evaluate, leaderboard, runner
 from whatif_bench.evaluation.forecasters import ModelError, NoForecast, fingerprint
-from whatif_bench.generator import GenerationConfig, generate
 from whatif_bench.outputs import OutputError, output_lock, write_identity
-from whatif_bench.simulators import shipped_baselines_path
 
 SUBSET = 0.1
 SLOW_MODEL = "import time\nclass Slow:\n    name = 'slow'\n    def predict(self, batch):\n        time.sleep(120)\n"
 
 
+# the reports draw one skill plot, not five (tests/conftest.py): these tests check failures
+pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")
+
+
 @pytest.fixture(scope="module")
-def corpus_path(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("fault-corpus")
-    config = GenerationConfig(
-        baselines=str(shipped_baselines_path()),
-        out=str(folder / "c.h5"),
-        targets=("epanet/pressure_10",),
-        jobs=1,
-    )
-    return generate(config, progress=False)
+def corpus_path(one_target_corpus):
+    """epanet/pressure_10 alone (the session's; no test here changes it)."""
+    return one_target_corpus
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +175,7 @@ def test_an_unsafe_model_name_from_the_command_line(tmp_path, corpus_path, capsy
 
 
 @pytest.mark.parametrize(("mode", "how_many", "reason"), FAILURES)
+@pytest.mark.one_quick  # about 12 s over all its cases
 def test_a_failing_model_is_reported_by_task_and_does_not_move_the_others(
     tmp_path, corpus_path, clean, mode, how_many, reason
 ):
@@ -213,6 +210,7 @@ def test_a_failing_model_is_reported_by_task_and_does_not_move_the_others(
 
 
 @pytest.mark.parametrize("mode", ["negative-seconds", "text-imputed", "half-no-forecast"])
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_bad_seconds_or_imputed_fail_the_task_in_this_process_too(tmp_path, corpus_path, mode):
     """model_timeout=None: predict runs in this process, where the runner reads the forecasts
     themselves (not their copies from a child process); the same check applies."""
@@ -228,6 +226,7 @@ def test_bad_seconds_or_imputed_fail_the_task_in_this_process_too(tmp_path, corp
     assert failures["failed"].str.contains(reason, regex=False).all()
 
 
+@pytest.mark.slow  # about 2 s
 def test_failures_in_worker_processes_are_reported_the_same(tmp_path, corpus_path, clean):
     result = evaluate(
         corpus_path,
@@ -303,6 +302,7 @@ def test_the_command_line_warns_per_failing_model_and_exits_1(tmp_path, corpus_p
     assert "| num_tasks | num_failed |" in (out / "leaderboard.md").read_text()
 
 
+@pytest.mark.slow  # about 2 s
 def test_failed_chunks_are_retried_and_a_fixed_model_clears_them(tmp_path, corpus_path, capsys):
     model = tmp_path / "flaky.py"
     model.write_text(
@@ -355,6 +355,7 @@ def test_fingerprints_follow_parameters_class_and_version():
     assert user["class"].endswith("Scaled") and len(user["source_sha256"]) == 64
 
 
+@pytest.mark.slow  # about 2 s
 def test_a_changed_model_of_the_same_name_is_recomputed(tmp_path, corpus_path):
     out = tmp_path / "o"
     first = evaluate(corpus_path, ["naive", Scaled(1.0)], out, subset=SUBSET, progress=False)
@@ -477,6 +478,7 @@ def test_a_damaged_manifest_is_named(tmp_path, corpus_path, capsys, content, why
 
 
 @pytest.mark.parametrize("damage", ["half", "empty", "garbage", "other-chunk"])
+@pytest.mark.one_quick  # about 6 s over all its cases
 def test_a_damaged_chunk_is_recomputed_and_said(tmp_path, corpus_path, monkeypatch, damage):
     monkeypatch.setattr(runner, "CHUNK", 16)
     out = tmp_path / "o"
@@ -610,6 +612,7 @@ def test_a_second_evaluation_into_the_same_folder_fails_at_once(tmp_path, corpus
     evaluate(corpus_path, ["naive"], out, subset=SUBSET, progress=False)  # free again
 
 
+@pytest.mark.slow  # about 2 s
 def test_a_second_evaluate_process_fails_at_once_while_the_first_runs(tmp_path, corpus_path):
     model = tmp_path / "slow.py"
     model.write_text(SLOW_MODEL)
@@ -676,6 +679,7 @@ def _alive(pid: int, start: str) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and PR_SET_PDEATHSIG")
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.slow  # a real evaluate process killed, twice: about 4 s
 def test_workers_die_with_a_killed_parent(tmp_path, corpus_path, how):
     model = tmp_path / "slow.py"
     model.write_text(SLOW_MODEL)

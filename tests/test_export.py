@@ -6,12 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import run_whatif, small_corpus
+from tests.conftest import run_cli
 from whatif_bench import __version__
 from whatif_bench.cli import main
 from whatif_bench.corpus.describe import Describer
@@ -33,8 +34,10 @@ ARRAYS = (
 
 
 @pytest.fixture(scope="module")
-def corpus_path(tmp_path_factory):
-    return small_corpus(tmp_path_factory.mktemp("corpus"), TARGETS)
+def corpus_path(two_target_corpus):
+    """The session's corpus of TARGETS: read only here (the test that aims an export at the
+    corpus itself aims it at a copy)."""
+    return two_target_corpus
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +84,7 @@ def _assert_rows_equal(rows, corpus_path):
             assert json.loads(row["description"]) == describer.describe(task)
 
 
+@pytest.mark.slow  # about 3 s
 def test_load_dataset_parquet_reads_every_array_bit_for_bit(exported, corpus_path):
     from datasets import load_dataset
 
@@ -112,6 +116,7 @@ def test_a_rows_start_is_its_simulators_date_plus_its_window_offset(exported, co
             assert starts[task.task_id] == expected, simulator
 
 
+@pytest.mark.slow  # about 2 s
 def test_dataset_from_parquet_reads_the_same(exported, corpus_path):
     from datasets import Dataset
 
@@ -210,6 +215,7 @@ def test_manifest_is_written_last_and_describes_the_export(exported, corpus_path
     assert not list(exported.parent.glob(".hf.*partial-*"))
 
 
+@pytest.mark.slow  # about 2 s
 def test_same_input_gives_byte_identical_files(corpus_path, tmp_path):
     outs = [
         export_corpus(corpus_path, "parquet", tmp_path / name, subset=0.3, seed=7, progress=False)
@@ -251,6 +257,7 @@ def test_selection_options(corpus_path, tmp_path):
     }
 
 
+@pytest.mark.slow  # about 2 s
 def test_existing_out_is_refused_and_overwrite_replaces_it_when_done(corpus_path, tmp_path):
     out = export_corpus(corpus_path, "parquet", tmp_path / "o", subset=0.05, progress=False)
     before = (out / "manifest.json").read_bytes()
@@ -272,6 +279,7 @@ def test_overwrite_never_replaces_a_folder_that_is_not_an_export(corpus_path, tm
 
 
 @pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+@pytest.mark.one_quick  # about 2 s over all its cases
 def test_a_failure_or_ctrl_c_leaves_the_old_export_and_no_temporary_folder(
     corpus_path, tmp_path, monkeypatch, error
 ):
@@ -295,6 +303,7 @@ def test_a_failure_or_ctrl_c_leaves_the_old_export_and_no_temporary_folder(
     assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock", "o"]
 
 
+@pytest.mark.slow  # about 1 s
 def test_a_stale_temporary_folder_of_a_killed_run_is_removed(corpus_path, tmp_path):
     from whatif_bench.outputs import temporary_path, write_identity
 
@@ -326,7 +335,7 @@ def _clean_error(result, message: str) -> None:
 
 def test_cli_writes_an_export(corpus_path, tmp_path):
     out = tmp_path / "cli"
-    result = run_whatif(
+    result = run_cli(
         "export", str(corpus_path), "--format", "parquet", "--out", str(out),
         "--subset", "0.05", "--simulators", "epanet", "--futures", "replay",
     )  # fmt: skip
@@ -337,30 +346,30 @@ def test_cli_writes_an_export(corpus_path, tmp_path):
 
 def test_cli_bad_input_is_one_clear_error(corpus_path, tmp_path):
     out = str(tmp_path / "x")
-    result = run_whatif("export", str(corpus_path), "--format", "csv", "--out", out)
+    result = run_cli("export", str(corpus_path), "--format", "csv", "--out", out)
     assert result.returncode == 2 and "invalid choice: 'csv'" in result.stderr
     missing = tmp_path / "missing.h5"
     _clean_error(
-        run_whatif("export", str(missing), "--format", "parquet", "--out", out),
+        run_cli("export", str(missing), "--format", "parquet", "--out", out),
         f"{missing}: no such corpus file",
     )
     text = tmp_path / "notes.h5"
     text.write_text("not hdf5")
-    result = run_whatif("export", str(text), "--format", "parquet", "--out", out)
+    result = run_cli("export", str(text), "--format", "parquet", "--out", out)
     assert result.returncode == 1 and result.stderr.startswith(f"error: {text}: not a readable")
     assert "Traceback" not in result.stderr and "unexpected" not in result.stderr
     under = tmp_path / "afile"
     under.write_text("")
     _clean_error(
-        run_whatif("export", str(corpus_path), "--format", "parquet", "--out", str(under / "sub")),
+        run_cli("export", str(corpus_path), "--format", "parquet", "--out", str(under / "sub")),
         f"{under / 'sub'}: {under} is a file, not a folder",
     )
     _clean_error(
-        run_whatif("export", str(corpus_path), "--format", "parquet", "--out", str(under)),
+        run_cli("export", str(corpus_path), "--format", "parquet", "--out", str(under)),
         f"{under}: exists and is not a folder",
     )
     _clean_error(
-        run_whatif(
+        run_cli(
             "export",
             str(corpus_path),
             "--format",
@@ -372,7 +381,7 @@ def test_cli_bad_input_is_one_clear_error(corpus_path, tmp_path):
         ),  # fmt: skip
         "simulator(s) ['opendc'] are not in this corpus; it has ['epanet', 'sumo']",
     )
-    result = run_whatif(
+    result = run_cli(
         "export", str(corpus_path), "--format", "parquet", "--out", out, "--subset", "0"
     )
     assert result.returncode == 2 and "must be a fraction in (0, 1]" in result.stderr
@@ -393,7 +402,7 @@ def test_cli_ctrl_c_says_nothing_was_written(corpus_path, tmp_path, monkeypatch,
 
 
 def test_cli_help_states_the_defaults():
-    result = run_whatif("export", "--help")
+    result = run_cli("export", "--help")
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
     for phrase in ("{parquet,fev,llm,gluonts}", "default: all tasks", "default: 0", "default: off"):
@@ -410,12 +419,16 @@ def test_a_second_concurrent_export_fails_at_once(corpus_path, tmp_path):
     assert not out.exists()
 
 
-def test_out_equal_to_the_corpus_is_refused(corpus_path):
+def test_out_equal_to_the_corpus_is_refused(corpus_path, tmp_path):
+    corpus_path = Path(
+        shutil.copyfile(corpus_path, tmp_path / "c.h5")
+    )  # the shared one is read only
     with pytest.raises(WhatIfError, match="exists and is not a folder"):
         export_corpus(corpus_path, "parquet", corpus_path, progress=False)
     assert Corpus(corpus_path).close() is None  # still a readable corpus
 
 
+@pytest.mark.slow  # about 1 s
 def test_dot_root_and_symlink_outs_are_clear_errors(corpus_path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.txt").write_text("mine")
@@ -456,6 +469,7 @@ sys.exit(cli.main(args))
 """
 
 
+@pytest.mark.slow  # about 2 s
 def test_ctrl_c_of_the_real_command_removes_the_temporary_folder(corpus_path, tmp_path):
     import signal
     import subprocess
@@ -492,6 +506,7 @@ def test_ctrl_c_of_the_real_command_removes_the_temporary_folder(corpus_path, tm
         ("gluonts", [], ["metadata.json"]),  # written without GluonTS: runs under pandas 3 too
     ],
 )
+@pytest.mark.one_quick  # about 11 s over all its cases
 def test_every_format_runs_through_the_command(
     tmp_path, capsys, corpus_path, format_, options, files
 ):

@@ -22,6 +22,9 @@ from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, wape, wql  # noqa: 
 from whatif_bench.export import fev as fev_export  # noqa: E402
 from whatif_bench.generator import Corpus  # noqa: E402
 
+# the reports draw one skill plot, not five (tests/conftest.py): not what these tests check
+pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")
+
 fev = pytest.importorskip("fev")
 
 TARGETS = ("epanet/pressure_10",)
@@ -70,6 +73,7 @@ def naive_predictions(window, levels) -> list[dict]:
     return out
 
 
+@pytest.mark.slow  # about 1 s
 def test_manifest_is_json_and_groups_have_one_horizon(exported, selection, corpus_path):
     _, pooled, _, single = exported
     json.dumps(pooled), json.dumps(single)
@@ -83,6 +87,7 @@ def test_manifest_is_json_and_groups_have_one_horizon(exported, selection, corpu
     assert {g["freq"] for g in pooled["groups"]} == {"5min"}  # what pandas infers, as fev does
 
 
+@pytest.mark.slow  # about 8 s
 def test_fev_reads_every_file_and_data_equal_the_corpus(exported, corpus_path):
     folder, manifest, _, _ = exported
     benchmark = fev_export.load_benchmark(folder)
@@ -150,6 +155,7 @@ def test_each_series_carries_its_description(exported, corpus_path):
             assert json.loads(text) == describer.describe(corpus[task_id])
 
 
+@pytest.mark.slow  # about 13 s
 def test_per_task_fev_scores_equal_whatif_evaluate(exported, naive_scores, selection):
     _, _, folder, manifest = exported
     benchmark = fev_export.load_benchmark(folder, per_task=True)
@@ -168,6 +174,7 @@ def test_per_task_fev_scores_equal_whatif_evaluate(exported, naive_scores, selec
         assert summary["WAPE"] == pytest.approx(expected["wape"], rel=0, abs=1e-9)
 
 
+@pytest.mark.slow  # about 8 s
 def test_pooled_fev_scores_are_the_abs_weighted_mean(exported, corpus_path, naive_scores):
     folder, manifest, _, _ = exported
     benchmark = fev_export.load_benchmark(folder)

@@ -19,6 +19,9 @@ from whatif_bench.export import export_corpus
 from whatif_bench.export import gluonts as gluonts_export
 from whatif_bench.generator import Corpus
 
+# the reports draw one skill plot, not five (tests/conftest.py): not what these tests check
+pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")
+
 # a 300 s simulator and a 60 s one: two frequencies, GluonTS wants "5min" and "1min"
 TARGETS = ("epanet/pressure_10", "gridlabd/air_temperature")
 SUBSET = 0.3  # every stratum holds one task per target: ceil(0.3) keeps each, so all tasks
@@ -62,6 +65,7 @@ def _tasks(corpus_path, ids):
 
 
 # ---- the files (no GluonTS needed) -------------------------------------------------------
+@pytest.mark.slow  # about 6 s
 def test_one_file_per_frequency_horizon_and_k_holding_every_task_once(
     exported, metadata, corpus_path
 ):
@@ -87,6 +91,7 @@ def test_one_file_per_frequency_horizon_and_k_holding_every_task_once(
     assert {g["freq"] for g in metadata["groups"]} == {"5min", "1min"}
 
 
+@pytest.mark.slow  # about 2 s
 def test_json_values_read_back_as_the_corpus_float32_bit_for_bit(exported, metadata, corpus_path):
     codes = metadata["feat_static_cat"]["codes"]
     for group in metadata["groups"]:
@@ -107,6 +112,7 @@ def test_json_values_read_back_as_the_corpus_float32_bit_for_bit(exported, metad
             assert codes["target"][target_code] == f"{task.simulator}/{task.target}"
 
 
+@pytest.mark.slow  # its fixture exports the corpus: about 5 s
 def test_metadata_names_units_codes_and_provenance(exported, metadata, corpus_path):
     with Corpus(corpus_path) as corpus:
         attrs = corpus.attrs
@@ -133,6 +139,7 @@ def test_metadata_names_units_codes_and_provenance(exported, metadata, corpus_pa
         assert all(series["covariate_units"])  # built from the shipped registry
 
 
+@pytest.mark.slow  # about 4 s
 def test_codes_do_not_depend_on_the_selection(corpus_path, metadata, tmp_path):
     out = export_corpus(
         corpus_path, "gluonts", tmp_path / "g", simulators=["gridlabd"], subset=0.1, progress=False
@@ -141,6 +148,7 @@ def test_codes_do_not_depend_on_the_selection(corpus_path, metadata, tmp_path):
     assert other["feat_static_cat"] == metadata["feat_static_cat"]
 
 
+@pytest.mark.slow  # about 7 s
 def test_same_input_gives_byte_identical_files_and_plain_gzip_headers(corpus_path, tmp_path):
     outs = [
         export_corpus(
@@ -158,6 +166,7 @@ def test_same_input_gives_byte_identical_files_and_plain_gzip_headers(corpus_pat
             assert header[4:8] == b"\0\0\0\0"  # mtime 0
 
 
+@pytest.mark.slow  # about 1 s
 def test_existing_out_is_one_clear_error(corpus_path, exported, tmp_path):
     out = tmp_path / "g"
     out.mkdir()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from matplotlib.lines import Line2D
 
-from tests.conftest import small_corpus
+from tests.conftest import drawing_one_skill_plot, small_corpus
 from whatif_bench.evaluation import evaluate
 from whatif_bench.evaluation.report import SKILL_FLOOR, SLICES, skill_figure
 from whatif_bench.generator import Corpus
@@ -53,9 +53,10 @@ def corpus_path(tmp_path_factory):
 @pytest.fixture(scope="module")
 def per_task(corpus_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
-    return evaluate(
-        corpus_path, ["naive", "linear", "ridge"], out, subset=0.05, progress=False
-    ).per_task
+    with drawing_one_skill_plot():  # the per-task scores are what the tests draw from
+        return evaluate(
+            corpus_path, ["naive", "linear", "ridge"], out, subset=0.05, progress=False
+        ).per_task
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +109,7 @@ def test_library_code_never_uses_pyplot_or_switches_the_backend():
     assert offenders == []
 
 
+@pytest.mark.slow  # about 7 s
 def test_drawing_every_figure_keeps_the_users_backend(
     svg_backend, tmp_path, pair, per_task, registry, corpus_path
 ):
@@ -185,6 +187,7 @@ def test_task_plot_labels_every_panel_with_names_and_units(pair, registry):
 
 
 @pytest.mark.parametrize("axis", [a for a in SLICES if a != "future"])
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_skill_plot_draws_categories_as_bars_never_joined(per_task, axis):
     from whatif_bench.evaluation.report import sliced
 

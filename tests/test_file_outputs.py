@@ -268,6 +268,7 @@ FILE_REFUSALS = [
 
 
 @pytest.mark.parametrize("scenario", FILE_REFUSALS, ids=lambda s: s.__name__[2:])
+@pytest.mark.one_quick  # about 2 s over all its cases
 def test_an_existing_file_that_is_not_whatifs_own_of_that_kind_is_never_replaced(
     tmp_path, corpus, task_id, scenario, capsys
 ):
@@ -284,6 +285,7 @@ def test_an_existing_file_that_is_not_whatifs_own_of_that_kind_is_never_replaced
     [f_generate_over_a_thesis, f_simulate_over_notes, f_doc_over_a_readme],
     ids=lambda s: s.__name__[2:],
 )
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_the_installed_command_refuses_an_existing_file_too(tmp_path, corpus, task_id, scenario):
     argv, message = scenario(tmp_path, corpus, task_id)
     before = snapshot(tmp_path)
@@ -346,6 +348,7 @@ def a_baselines_plot(root, corpus, task_id):
     ],
     ids=lambda s: getattr(s, "__name__", "")[2:] or None,
 )
+@pytest.mark.one_quick  # about 12 s over all its cases
 def test_an_earlier_output_of_the_same_kind_is_replaced(
     tmp_path, corpus, task_id, scenario, kind, capsys
 ):

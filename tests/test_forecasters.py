@@ -369,6 +369,7 @@ def test_target_lags_reach_the_forecast_and_the_fingerprint(rng, regressor):
 
 
 @pytest.mark.parametrize("regressor", ["linear", "ridge", "xgboost"])
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_tuned_forecasts_do_not_depend_on_batch_position(rng, regressor):
     from dataclasses import replace
 
@@ -399,6 +400,7 @@ def corpus_batch(tmp_path_factory):
         return path, corpus.task_inputs(chosen), [corpus[i].ground_truth() for i in chosen]
 
 
+@pytest.mark.slow  # about 2 s
 def test_tuned_linear_forecasts_a_real_task_batch(corpus_batch):
     _, batch, truths = corpus_batch
     model = make_forecaster("tuned-linear")
@@ -425,11 +427,11 @@ def test_tuned_linear_forecasts_a_real_task_batch(corpus_batch):
 
 @pytest.mark.slow  # evaluates the corpus's 360 tasks (about 20 s)
 def test_whatif_evaluate_accepts_tuned_linear(corpus_batch, tmp_path):
-    from tests.conftest import run_whatif
+    from tests.conftest import run_cli
 
     path, _, _ = corpus_batch
     out = tmp_path / "eval"
-    done = run_whatif(
+    done = run_cli(
         "evaluate",
         str(path),
         "--models",
@@ -441,7 +443,7 @@ def test_whatif_evaluate_accepts_tuned_linear(corpus_batch, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "tuned-linear" in done.stdout and (out / "leaderboard.md").is_file()
-    help_text = run_whatif("evaluate", "--help").stdout
+    help_text = run_cli("evaluate", "--help").stdout
     assert "tuned-linear" in " ".join(help_text.split())
 
 

@@ -24,6 +24,9 @@ from whatif_bench.evaluation.foundation.chronos2 import Chronos2Forecaster  # no
 from whatif_bench.evaluation.foundation.common import covariate_names  # noqa: E402
 from whatif_bench.generator import Corpus  # noqa: E402
 
+# the reports draw one skill plot, not five (tests/conftest.py): not what these tests check
+pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")
+
 TINY_CONTEXT = 512  # the tiny model's context_length: every corpus history is longer
 MODEL_LEVELS = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]
 
@@ -233,6 +236,7 @@ def test_a_missing_or_foreign_folder_is_a_model_error_when_it_loads(tmp_path):
         foundation_model("chronos2", str(foreign)).predict([_ramp_task()])
 
 
+@pytest.mark.slow  # about 1 s
 def test_whatif_evaluate_scores_every_task_with_a_saved_chronos2(
     capsys, one_target_corpus, saved, tmp_path
 ):
@@ -269,6 +273,7 @@ class CountingChronos2(Chronos2Forecaster):
         return super()._load()
 
 
+@pytest.mark.slow  # about 1 s
 def test_evaluate_loads_the_checkpoint_once_not_once_per_batch(one_target_corpus, saved, tmp_path):
     from whatif_bench.evaluation import evaluate
 

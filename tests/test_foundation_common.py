@@ -16,6 +16,9 @@ from whatif_bench.evaluation import Forecast, evaluate
 from whatif_bench.evaluation.foundation.common import FoundationForecaster, to_nine_levels
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS
 
+# the reports draw one skill plot, not five (tests/conftest.py): not what these tests check
+pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")
+
 NINE = np.asarray(QUANTILE_LEVELS)
 
 # a model's levels: strictly increasing in (0, 1), some of them the nine, some not
@@ -61,6 +64,7 @@ def test_the_nine_are_monotone_and_within_the_models_range(case):
 
 @settings(max_examples=200, deadline=None)
 @given(model_quantiles())
+@pytest.mark.slow  # about 1 s
 def test_a_shared_level_is_taken_exactly_and_the_others_as_a_plain_interpolation(case):
     grid, table = case
     out = to_nine_levels(grid, table)
@@ -151,6 +155,7 @@ def test_a_failing_library_call_fails_only_the_tasks_of_that_call(
     assert rows.loc[rows["k"] != 3, "wql"].notna().all()
 
 
+@pytest.mark.slow  # about 2 s
 def test_the_checkpoint_loads_once_untimed_and_a_broken_one_is_not_read_again(
     one_target_corpus, tmp_path, fresh
 ):
@@ -172,6 +177,7 @@ def test_the_checkpoint_loads_once_untimed_and_a_broken_one_is_not_read_again(
     assert len(reasons) == 360 and StandIn.loads == [os.getpid()]  # two batches, one load
 
 
+@pytest.mark.slow  # about 1 s
 def test_a_model_on_a_gpu_runs_in_this_process_not_a_forked_child(
     one_target_corpus, tmp_path, fresh
 ):

@@ -87,6 +87,7 @@ def without_covariates(task):
     )
 
 
+@pytest.mark.slow  # about 2 s
 def test_each_task_gets_a_point_and_nine_monotone_quantiles_that_score(tasks, model):
     inputs, truths = tasks
     assert len({t.history_covariates.shape[0] for t in inputs}) >= 3  # a mixed-K batch
@@ -113,6 +114,7 @@ def test_changing_a_future_covariate_changes_the_forecast(tasks, model):
     np.testing.assert_array_equal(again.quantiles, before.quantiles)
 
 
+@pytest.mark.slow  # about 2 s
 def test_forecasts_do_not_depend_on_batch_split_order_or_neighbours(tasks, model):
     inputs = list(tasks[0]) + [without_covariates(t) for t in tasks[0][:3]]
     whole = TimesFMForecaster(model, batch_size=64, seed=3).predict(inputs)

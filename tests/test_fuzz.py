@@ -124,6 +124,7 @@ LINE_EDITS = st.lists(
 
 @FUZZ
 @given(edits=LINE_EDITS)
+@pytest.mark.slow  # about 1 s
 def test_spec_file_with_edited_values_loads_or_fails_cleanly(tmp_path, capsys, edits):
     """Replace the value of some ``key = value`` lines of a real spec with hostile values."""
     lines = SUMO_SPEC.splitlines()
@@ -204,6 +205,7 @@ def corpus_content(path: Path) -> list:
 
 @FUZZ
 @given(edits=BYTE_EDITS)
+@pytest.mark.slow  # about 8 s
 def test_corpus_with_flipped_bytes_verifies_only_if_unchanged(tmp_path, capsys, corpus_file, edits):
     path = tmp_path / "c.h5"
     path.write_bytes(mutate_bytes(corpus_file.read_bytes(), edits))
@@ -258,6 +260,7 @@ NOT_CLAIMS = {"@toolkit_version", "@format_version"}
 
 @FUZZ
 @given(data=st.data())
+@pytest.mark.slow  # about 10 s
 def test_verify_catches_every_edit_of_task_data_or_metadata(
     tmp_path, capsys, corpus_file, objects, data
 ):

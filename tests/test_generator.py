@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_cli
 from whatif_bench import __version__
 from whatif_bench.corpus.provenance import registry_hash
 from whatif_bench.generator import Corpus, GenerationConfig, generate
@@ -161,8 +161,8 @@ def test_workers_do_not_change_a_single_byte(tmp_path, corpus_path):
     assert two.read_bytes() == corpus_path.read_bytes()
 
 
-def test_a_subset_gives_exactly_the_tasks_of_the_full_run(tmp_path, corpus):
-    subset = make(tmp_path, "one.h5", targets=("epanet/pressure_10",))
+def test_a_subset_gives_exactly_the_tasks_of_the_full_run(one_target_corpus, corpus):
+    subset = one_target_corpus  # make(targets=("epanet/pressure_10",)), made once a session
     with Corpus(subset) as small:
         assert len(small.pairs) == 200
         for task_id in small.task_ids()[::37]:
@@ -190,6 +190,7 @@ def test_verify_rebuilds_every_pair(corpus_path):
     assert report.ok and report.checked == 600
 
 
+@pytest.mark.slow  # about 2 s
 def test_verify_detects_an_altered_value(tmp_path, corpus_path):
     copy = tmp_path / "altered.h5"
     copy.write_bytes(corpus_path.read_bytes())
@@ -197,7 +198,7 @@ def test_verify_detects_an_altered_value(tmp_path, corpus_path):
         h5["data/future_target"][10] = h5["data/future_target"][10] + np.float32(1e-3)
     report = verify_corpus(copy, progress=False)
     assert not report.ok and "future_target differs" in report.problems[0]
-    result = run_whatif("verify", str(copy))
+    result = run_cli("verify", str(copy))
     assert result.returncode == 1
 
 
@@ -213,18 +214,18 @@ def test_verify_detects_an_altered_recipe(tmp_path, corpus_path):
 def test_truncated_or_incomplete_files_are_refused(tmp_path, corpus_path):
     truncated = tmp_path / "truncated.h5"
     truncated.write_bytes(corpus_path.read_bytes()[: corpus_path.stat().st_size // 2])
-    result = run_whatif("verify", str(truncated))
+    result = run_cli("verify", str(truncated))
     assert result.returncode == 1 and "error:" in result.stderr
     incomplete = tmp_path / "incomplete.h5"
     incomplete.write_bytes(corpus_path.read_bytes())
     with h5py.File(incomplete, "r+") as h5:
         h5.attrs["complete"] = False
-    result = run_whatif("info", str(incomplete))
+    result = run_cli("info", str(incomplete))
     assert result.returncode == 1 and "incomplete corpus" in result.stderr
 
 
 def test_info_counts_by_axis(corpus_path):
-    result = run_whatif("info", str(corpus_path), "--json", check=True)
+    result = run_cli("info", str(corpus_path), "--json", check=True)
     summary = json.loads(result.stdout)
     assert summary["tasks"]["generated"] == 1200
     assert set(summary["by_axis"]) == {"simulator", "K", "C", "ell", "E"}
@@ -234,13 +235,13 @@ def test_info_counts_by_axis(corpus_path):
         assert summary["by_future"][future]["generated"] == 600
         assert summary["by_future"][future]["kept"] == kept_pairs
     assert summary["tasks"]["kept"] == 2 * kept_pairs
-    text = run_whatif("info", str(corpus_path), check=True).stdout
+    text = run_cli("info", str(corpus_path), check=True).stdout
     assert f"replay: {kept_pairs:,}/600" in text and f"novel: {kept_pairs:,}/600" in text
 
 
 def test_show_prints_and_plots(tmp_path, corpus_path):
     png = tmp_path / "task.png"
-    result = run_whatif(
+    result = run_cli(
         "show",
         "sumo/flow_loop_e_0_near/K3-C2-L128-Emax/replay",
         "--corpus",
@@ -252,5 +253,5 @@ def test_show_prints_and_plots(tmp_path, corpus_path):
     assert "7 history events of 128 steps" in result.stdout and "copied from event" in result.stdout
     assert "window starts at baseline step" in result.stdout and "(2024-02-" in result.stdout
     assert png.read_bytes().startswith(b"\x89PNG")
-    missing = run_whatif("show", "sumo/nope/K1-C1-L32-Efew/replay", "--corpus", str(corpus_path))
+    missing = run_cli("show", "sumo/nope/K1-C1-L32-Efew/replay", "--corpus", str(corpus_path))
     assert missing.returncode == 1 and "no task" in missing.stderr

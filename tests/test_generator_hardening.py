@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import run_whatif, whatif_executable
+from tests.conftest import ONE_TARGET, run_cli, whatif_executable
 from tests.test_generator_resilience import start_and_wait_for_partial
 from whatif_bench.corpus.reader import CorpusError
 from whatif_bench.generator import Corpus, GenerationConfig, generate
@@ -49,10 +49,10 @@ def leftovers(folder: Path, name: str) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def corpus_path(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hardening") / "c.h5"
-    config = GenerationConfig(baselines=str(SHIPPED), out=str(out), targets=(TARGET,), jobs=1)
-    return generate(config, progress=False)
+def corpus_path(one_target_corpus):
+    """TARGET alone (the session's; the tests that change a corpus change a ``copy``)."""
+    assert TARGET == ONE_TARGET
+    return one_target_corpus
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_out_equal_to_baselines_is_refused_and_the_input_kept(tmp_path, spelling
     }[spelling]
     if spelling == "symlink":
         out.symlink_to(baselines)
-    result = run_whatif("generate", "--baselines", str(baselines), "--out", str(out))
+    result = run_cli("generate", "--baselines", str(baselines), "--out", str(out))
     clean_failure(result, "the output would replace the input")
     assert digest(baselines) == before
 
@@ -96,7 +96,7 @@ def _bad_out(tmp_path, case):
 def test_unusable_out_is_refused_up_front(tmp_path, case):
     out, message = _bad_out(tmp_path, case)
     started = time.monotonic()
-    result = run_whatif("generate", "--targets", TARGET, "--out", out, "--jobs", "1")
+    result = run_cli("generate", "--targets", TARGET, "--out", out, "--jobs", "1")
     clean_failure(result, message)
     assert time.monotonic() - started < 30  # refused before generating
     assert not list(tmp_path.rglob("*.partial*"))
@@ -108,7 +108,7 @@ def test_read_only_folder_is_refused(tmp_path):
     folder.mkdir()
     folder.chmod(0o500)
     try:
-        result = run_whatif("generate", "--targets", TARGET, "--out", str(folder / "c.h5"))
+        result = run_cli("generate", "--targets", TARGET, "--out", str(folder / "c.h5"))
     finally:
         folder.chmod(0o700)
     clean_failure(result, "no permission to write here")
@@ -122,7 +122,7 @@ def test_a_temporary_file_is_never_read_as_a_corpus(tmp_path, corpus_path):
     shutil.copyfile(corpus_path, temporary)
     with pytest.raises(CorpusError, match="temporary file of an unfinished whatif generate"):
         Corpus(temporary)
-    clean_failure(run_whatif("info", str(temporary)), "temporary file of an unfinished")
+    clean_failure(run_cli("info", str(temporary)), "temporary file of an unfinished")
 
 
 # ---- 3. concurrent runs and killed runs ----------------------------------------------------
@@ -131,7 +131,7 @@ def test_a_second_concurrent_run_fails_at_once(tmp_path):
     process, partial = start_and_wait_for_partial(out)
     try:
         started = time.monotonic()
-        result = run_whatif("generate", "--targets", TARGET, "--out", str(out), "--jobs", "1")
+        result = run_cli("generate", "--targets", TARGET, "--out", str(out), "--jobs", "1")
         clean_failure(result, f"{out}: another whatif run is writing this output")
         assert time.monotonic() - started < 30
         assert partial.exists()  # the first run's file is untouched
@@ -140,6 +140,7 @@ def test_a_second_concurrent_run_fails_at_once(tmp_path):
         process.wait()
 
 
+@pytest.mark.slow  # about 2 s
 def test_a_killed_run_keeps_the_previous_corpus(tmp_path, corpus_path):
     out = tmp_path / "c.h5"
     shutil.copyfile(corpus_path, out)
@@ -152,7 +153,7 @@ def test_a_killed_run_keeps_the_previous_corpus(tmp_path, corpus_path):
     with Corpus(out) as corpus:
         assert len(corpus.pairs) == 200
     # the next run ignores the stale temporary file of the killed one, removes it and completes
-    result = run_whatif("generate", "--targets", TARGET, "--out", str(out), "--jobs", "1")
+    result = run_cli("generate", "--targets", TARGET, "--out", str(out), "--jobs", "1")
     assert result.returncode == 0, result.stderr
     assert not partial.exists() and leftovers(tmp_path, "c.h5") == [out]
 
@@ -175,6 +176,7 @@ def _limit_file_size():
     resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
 
 
+@pytest.mark.slow  # about 1 s
 def test_a_full_disk_is_one_clear_error_and_keeps_the_old_corpus(tmp_path, corpus_path):
     """RLIMIT_FSIZE makes every write past 1 MB fail (EFBIG) as a full disk would (ENOSPC):
     HDF5 used to crash with SIGSEGV here and leave an unreadable file."""
@@ -207,9 +209,7 @@ def test_baselines_beyond_float32_are_refused(tmp_path):
     path = tmp_path / "big.h5"
     write_baselines(path, [epanet])
     out = tmp_path / "c.h5"
-    result = run_whatif(
-        "generate", "--baselines", str(path), "--targets", TARGET, "--out", str(out)
-    )
+    result = run_cli("generate", "--baselines", str(path), "--targets", TARGET, "--out", str(out))
     clean_failure(result, "epanet/pressure_10: value 1e+39 at step 100 is beyond the float32 range")
     assert leftovers(tmp_path, "c.h5") == []
 
@@ -295,6 +295,7 @@ TAMPERING = {
 
 
 @pytest.mark.parametrize("case", sorted(TAMPERING))
+@pytest.mark.one_quick  # about 5 s over all its cases
 def test_verify_names_every_edit(copy, case):
     edit, message = TAMPERING[case]
     with h5py.File(copy, "r+") as h5:
@@ -317,14 +318,14 @@ def test_duplicate_pair_ids_are_refused(copy):
     with pytest.raises(CorpusError, match="appears more than once"):
         Corpus(copy)
     for command in (["verify", str(copy)], ["info", str(copy)]):
-        clean_failure(run_whatif(*command), message)
+        clean_failure(run_cli(*command), message)
 
 
 def test_verify_cli_reports_one_line_per_problem(copy):
     with h5py.File(copy, "r+") as h5:
         _swap_covariates(h5)
         h5.attrs["n_pairs_kept"] = 1
-    result = run_whatif("verify", str(copy))
+    result = run_cli("verify", str(copy))
     assert result.returncode == 1
     assert "relationship covariates stored" in result.stdout
     assert "attribute n_pairs_kept: stored 1" in result.stdout
@@ -368,6 +369,7 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("case", sorted(DAMAGE))
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_a_damaged_corpus_is_one_clear_error(copy, case):
     edit, what = DAMAGE[case]
     with h5py.File(copy, "r+") as h5:
@@ -382,7 +384,7 @@ def test_a_damaged_corpus_is_one_clear_error(copy, case):
         ["show", task, "--corpus", str(copy)],
         ["verify", str(copy)],
     ):
-        clean_failure(run_whatif(*command), message)
+        clean_failure(run_cli(*command), message)
 
 
 def test_show_plots_into_a_folder(tmp_path, corpus_path):
@@ -390,7 +392,7 @@ def test_show_plots_into_a_folder(tmp_path, corpus_path):
         task = corpus.task_ids()[0]
     folder = tmp_path / "plots"
     folder.mkdir()
-    result = run_whatif("show", task, "--corpus", str(corpus_path), "--plot", f"{folder}/")
+    result = run_cli("show", task, "--corpus", str(corpus_path), "--plot", f"{folder}/")
     assert result.returncode == 0, result.stderr
     png = folder / (task.replace("/", "_") + ".png")
     assert png.read_bytes().startswith(b"\x89PNG")
@@ -401,7 +403,7 @@ def test_show_never_plots_over_the_corpus(tmp_path, corpus_path, copy):
     with Corpus(copy) as corpus:
         task = corpus.task_ids()[0]
     before = digest(copy)
-    result = run_whatif("show", task, "--corpus", str(copy), "--plot", str(copy))
+    result = run_cli("show", task, "--corpus", str(copy), "--plot", str(copy))
     clean_failure(result, "the output would replace the input")
     assert digest(copy) == before
 
@@ -420,7 +422,7 @@ def test_show_never_plots_over_the_corpus(tmp_path, corpus_path, copy):
 )
 def test_bad_numbers_are_usage_errors(tmp_path, option, value, message):
     out = tmp_path / "c.h5"
-    result = run_whatif("generate", "--targets", TARGET, "--out", str(out), option, value)
+    result = run_cli("generate", "--targets", TARGET, "--out", str(out), option, value)
     clean_failure(result, message, code=2)
     assert not list(tmp_path.iterdir())
 

@@ -9,8 +9,9 @@ import time
 
 import h5py
 import numpy as np
+import pytest
 
-from tests.conftest import run_whatif, whatif_executable
+from tests.conftest import run_cli, whatif_executable
 from whatif_bench.generator import Corpus
 from whatif_bench.generator.selection import longest_window
 from whatif_bench.relationships import load_registry
@@ -41,6 +42,7 @@ def start_and_wait_for_partial(out, jobs="1", stderr=subprocess.DEVNULL):
     return process, partial
 
 
+@pytest.mark.slow  # about 2 s
 def test_a_killed_run_leaves_no_corpus_and_the_next_run_finishes(tmp_path):
     out = tmp_path / "corpus.h5"
     process, partial = start_and_wait_for_partial(out)
@@ -48,7 +50,7 @@ def test_a_killed_run_leaves_no_corpus_and_the_next_run_finishes(tmp_path):
     process.wait()
     assert not out.exists()
     # the next run starts over from the stale partial file and completes
-    result = run_whatif(
+    result = run_cli(
         "generate", "--targets", "sumo/flow_loop_e_0_near", "--out", str(out), "--jobs", "1"
     )
     assert result.returncode == 0, result.stderr
@@ -68,7 +70,7 @@ def test_ctrl_c_leaves_no_corpus(tmp_path):
 
 def _fails(tmp_path, *args, message):
     out = tmp_path / "never.h5"
-    result = run_whatif("generate", "--out", str(out), *args)
+    result = run_cli("generate", "--out", str(out), *args)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
     assert not out.exists() and not list(tmp_path.glob(".never.h5.partial*"))

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_cli
 from whatif_bench.corpus.describe import attribution
 from whatif_bench.relationships import load_registry
 from whatif_bench.relationships.checks import check_registry
@@ -182,7 +182,7 @@ def test_a_warning_does_not_fail_the_check(tmp_path):
 
 def test_check_prints_the_imprints(tmp_path):
     spec = spec_file(tmp_path)
-    text = run_whatif("relationships", "check", str(spec))
+    text = run_cli("relationships", "check", str(spec))
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     (row,) = [line for line in lines if line.startswith("toyimp/t")]
@@ -191,7 +191,7 @@ def test_check_prints_the_imprints(tmp_path):
     assert "checked 1 relationship(s): all rules hold" in lines
     assert lines[-1].startswith("imprints: 2 of 3 (secondary covariate, K) below the 10 % rule")
 
-    every = run_whatif("relationships", "check", str(spec), "--imprints", "all", "--json")
+    every = run_cli("relationships", "check", str(spec), "--imprints", "all", "--json")
     assert every.returncode == 0, every.stderr
     printed = json.loads(every.stdout)
     assert printed["ok"] and printed["imprint_threshold"] == THRESHOLD
@@ -203,14 +203,15 @@ def test_check_prints_the_imprints(tmp_path):
     strong = printed["imprints"][2]
     assert strong["reach"] == pytest.approx(3**-0.5 * 0.8 * 0.9 / 1.1)
 
-    none = run_whatif("relationships", "check", str(spec), "--imprints", "none")
+    none = run_cli("relationships", "check", str(spec), "--imprints", "none")
     assert none.returncode == 0 and none.stdout == "checked 1 relationship(s): all rules hold\n"
 
 
+@pytest.mark.slow  # about 1 s
 def test_relationships_diagnose_writes_the_imprint_table(tmp_path):
     target = "gridlabd/air_temperature"
     out = tmp_path / "diag"
-    result = run_whatif(
+    result = run_cli(
         "relationships", "diagnose", "--target", target, "--sample", "0.01", "--out", str(out)
     )
     assert result.returncode == 0, result.stderr

@@ -288,6 +288,7 @@ def attempts_of(out: Path, line: dict) -> list[dict]:
 # ---- run ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 4 s
 def test_answers_are_parsed_stored_and_the_prompt_is_the_inline_one(
     capsys, tmp_path, export, lines, endpoint
 ):
@@ -333,6 +334,7 @@ def test_transient_failures_are_retried_until_an_answer(capsys, tmp_path, export
     assert np.array_equal(np.float32(record["values"]), np.float32(lines[0]["future_target"]))
 
 
+@pytest.mark.slow  # about 1 s
 def test_retry_after_is_honoured(capsys, tmp_path, export, lines, endpoint):
     endpoint.reset({name_of(lines[0]): ["429"]})
     out = tmp_path / "responses"
@@ -680,6 +682,7 @@ def scored(one_target_corpus, export, lines, server, tmp_path_factory):
     return root, codes, run_requests
 
 
+@pytest.mark.slow  # about 6 s
 def test_the_batch_file_holds_one_valid_request_per_task(scored, export, lines):
     root, _, _ = scored
     requests = [json.loads(t) for t in (root / "requests.jsonl").read_text().splitlines()]
@@ -695,6 +698,7 @@ def test_the_batch_file_holds_one_valid_request_per_task(scored, export, lines):
         ]
 
 
+@pytest.mark.slow  # the scored fixture: every task asked by run and by a batch (about 6 s)
 def test_score_writes_the_llm_next_to_the_baselines_with_imputed_tasks(scored, lines):
     root, codes, run_requests = scored
     assert codes == {"run": 0, "batch": 0}
@@ -718,6 +722,7 @@ def test_score_writes_the_llm_next_to_the_baselines_with_imputed_tasks(scored, l
     assert (answered["seconds"] > 0).all()  # the request latency, as LLMAnswers gives it
 
 
+@pytest.mark.slow
 def test_batch_read_and_score_give_the_run_results(scored):
     root, _, _ = scored
     columns = ["task_id", "model", "wql", "wape", "failed"]
@@ -791,6 +796,7 @@ def one_error(stderr: str) -> str:
     return errors[0]
 
 
+@pytest.mark.slow  # about 1 s
 def test_a_fatal_stop_does_not_wait_for_requests_in_flight(
     capsys, tmp_path, export, lines, endpoint
 ):
@@ -814,6 +820,7 @@ def test_a_fatal_stop_does_not_wait_for_requests_in_flight(
     assert code == 0 and "3 answered" in stdout and endpoint.count() == 3
 
 
+@pytest.mark.slow  # about 1 s
 def test_ctrl_c_stops_at_once_and_a_second_run_resumes(capsys, tmp_path, export, lines, endpoint):
     endpoint.reset({name_of(lines[1]): ["sleep"], name_of(lines[2]): ["sleep"]})
     out = tmp_path / "r"
@@ -1026,6 +1033,7 @@ def test_a_bad_batch_result_line_names_the_file(capsys, tmp_path, export, lines)
 
 
 @pytest.mark.parametrize("change", ["last value", "steps", "first timestamp"])
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_answers_of_another_corpus_are_not_scored(
     capsys, tmp_path, one_target_corpus, export, lines, endpoint, change
 ):
@@ -1055,6 +1063,7 @@ def test_answers_of_another_corpus_are_not_scored(
     assert f"the answer of {lines[0]['task_id']} was made from another corpus" in changed.reason
 
 
+@pytest.mark.slow  # about 2 s
 def test_evaluate_with_llm_dir_scores_the_answers_as_llm_score_does(
     capsys, scored, lines, one_target_corpus
 ):

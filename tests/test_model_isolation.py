@@ -1,8 +1,10 @@
 """Models cannot harm each other or the run, and forms modules cannot end a command
 (docs/RELIABILITY.md, "Models cannot harm each other or the run").
 
-Every case goes through the real command line (``run_whatif``) on a one-target corpus: a model
-that writes into its inputs, never returns, calls ``exit()`` or ``os._exit``, segfaults or
+Every misbehaving model or module goes through the command line in a new process, on a one-target
+corpus (``run_whatif``; for an evaluation that runs to its reports,
+``run_whatif_drawing_one_skill_plot``: the same ``cli.main``, one skill plot instead of five;
+the usage errors run in-process): a model that writes into its inputs, never returns, calls ``exit()`` or ``os._exit``, segfaults or
 raises fails its own tasks, with the reason in per_task.parquet and a ``warning:`` line, and
 the baseline next to it scores exactly what it scores alone; so does a model that kills the
 worker process it runs in (``--jobs 2 --model-timeout 0``), and a worker death that does not
@@ -26,7 +28,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_main, run_whatif, small_corpus, whatif_executable
+from tests.conftest import (
+    drawing_one_skill_plot,
+    run_cli,
+    run_main,
+    run_whatif,
+    run_whatif_drawing_one_skill_plot,
+    whatif_executable,
+)
 
 MODELS = """\
 import ctypes
@@ -151,8 +160,9 @@ MISBEHAVING = [
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return small_corpus(tmp_path_factory.mktemp("isolation"), ("epanet/pressure_10",))
+def corpus(one_target_corpus):
+    """epanet/pressure_10 alone (the session's; no test here changes it)."""
+    return one_target_corpus
 
 
 @pytest.fixture(scope="module")
@@ -164,9 +174,10 @@ def models_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def naive_alone(corpus, tmp_path_factory):
-    """naive's per-task errors in a run of its own."""
+    """naive's per-task errors in a run of its own (in this process: the numbers are the same)."""
     out = tmp_path_factory.mktemp("alone") / "o"
-    result = run_whatif("evaluate", str(corpus), "--models", "naive", "--out", str(out))
+    with drawing_one_skill_plot():
+        result = run_cli("evaluate", str(corpus), "--models", "naive", "--out", str(out))
     assert result.returncode == 0, result.stderr
     return pd.read_parquet(out / "per_task.parquet").set_index("task_id")
 
@@ -188,12 +199,13 @@ def assert_naive_unchanged(per_task: pd.DataFrame, alone: pd.DataFrame) -> None:
     MISBEHAVING,
     ids=["mutator", "mutator-in-process", "hang", "system-exit", "os-exit", "segfault", "raises"],
 )
+@pytest.mark.one_quick  # about 21 s over all its cases
 def test_a_misbehaving_model_fails_only_its_own_tasks(
     tmp_path, corpus, models_file, naive_alone, cls, name, options, reason
 ):
     out = tmp_path / "o"
     started = time.monotonic()
-    result = run_whatif(
+    result = run_whatif_drawing_one_skill_plot(
         "evaluate",
         str(corpus),
         "--models",
@@ -224,11 +236,13 @@ def test_a_misbehaving_model_fails_only_its_own_tasks(
         assert elapsed < 60
 
 
+# worker processes that die and are replaced: seconds each, so these four are marked slow
+@pytest.mark.slow
 def test_dying_models_in_worker_processes_fail_their_tasks_only(
     tmp_path, corpus, models_file, naive_alone
 ):
     out = tmp_path / "o"
-    result = run_whatif(
+    result = run_whatif_drawing_one_skill_plot(
         "evaluate",
         str(corpus),
         "--models",
@@ -250,6 +264,7 @@ def test_dying_models_in_worker_processes_fail_their_tasks_only(
 WORKER_KILLED = "the worker process died (killed by signal 9 SIGKILL: out of memory, or killed)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("cls", "name", "reason"),
     [
@@ -262,7 +277,7 @@ def test_a_model_that_kills_its_worker_process_fails_only_its_own_tasks(
     tmp_path, corpus, models_file, naive_alone, cls, name, reason
 ):
     out = tmp_path / "o"
-    result = run_whatif(
+    result = run_whatif_drawing_one_skill_plot(
         "evaluate",
         str(corpus),
         "--models",
@@ -319,12 +334,13 @@ class DiesOnce:
 """
 
 
+@pytest.mark.slow
 def test_a_worker_death_that_does_not_repeat_loses_nothing(tmp_path, corpus, naive_alone):
     marker = tmp_path / "died"
     models = tmp_path / "once.py"
     models.write_text(DIES_ONCE.format(marker=str(marker)))
     out = tmp_path / "o"
-    result = run_whatif(
+    result = run_whatif_drawing_one_skill_plot(
         "evaluate",
         str(corpus),
         "--models",
@@ -346,11 +362,12 @@ def test_a_worker_death_that_does_not_repeat_loses_nothing(tmp_path, corpus, nai
     assert_naive_unchanged(per_task, naive_alone)
 
 
+@pytest.mark.slow
 def test_a_model_that_kills_its_worker_in_the_relational_pass_fails_only_those_histories(
     tmp_path, corpus, models_file, naive_alone
 ):
     out = tmp_path / "o"
-    result = run_whatif(
+    result = run_whatif_drawing_one_skill_plot(
         "evaluate",
         str(corpus),
         "--models",
@@ -384,7 +401,7 @@ def test_a_model_that_kills_its_worker_in_the_relational_pass_fails_only_those_h
 
 @pytest.mark.parametrize("value", ["-1", "soon", "inf", "nan", "86401", "1e400"])
 def test_a_bad_model_timeout_is_a_usage_error(tmp_path, corpus, value):
-    result = run_whatif(
+    result = run_cli(
         "evaluate", str(corpus), "--model-timeout", value, "--out", str(tmp_path / "o")
     )
     assert result.returncode == 2
@@ -398,7 +415,7 @@ def test_the_model_timeout_default_is_one_number_shown_in_the_help():
     assert cli.DEFAULT_MODEL_TIMEOUT_S == runner.DEFAULT_MODEL_TIMEOUT_S
     assert cli.model_timeout("none") is None and cli.model_timeout("0") is None
     assert cli.model_timeout("2.5") == 2.5
-    result = run_whatif("evaluate", "--help")
+    result = run_cli("evaluate", "--help")
     assert "--model-timeout SECONDS" in result.stdout
     assert "(default: 600.0)" in " ".join(result.stdout.split())
 
@@ -426,6 +443,7 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.slow  # about 1 s
 def test_ctrl_c_during_a_model_s_predict_stops_the_run_and_its_child(tmp_path, corpus, models_file):
     out = tmp_path / "o"
     command = [*whatif_executable(), "evaluate", str(corpus), "--models"]
@@ -466,6 +484,7 @@ class HangsHere:
 """
 
 
+@pytest.mark.slow  # about 2 s
 def test_ctrl_c_with_worker_processes_stops_the_whole_run(tmp_path, corpus):
     marker = tmp_path / "started"
     models = tmp_path / "hangs.py"
@@ -507,6 +526,7 @@ COMMANDS = [
 
 @pytest.mark.parametrize(("source", "message"), FORMS_MODULES, ids=["os-exit", "exit", "segfault"])
 @pytest.mark.parametrize("command", COMMANDS, ids=["list", "check", "generate"])
+@pytest.mark.one_quick  # about 4 s over all its cases
 def test_a_forms_module_that_ends_the_process_is_an_error(tmp_path, source, message, command):
     forms = tmp_path / "bad_forms.py"
     forms.write_text(source)
@@ -537,6 +557,7 @@ MODEL_MODULES = [
 @pytest.mark.parametrize(
     ("source", "message"), MODEL_MODULES, ids=["os-exit", "exit", "segfault", "hang"]
 )
+@pytest.mark.one_quick  # about 4 s over all its cases
 def test_a_models_file_that_ends_the_process_at_import_is_an_error(
     tmp_path, corpus, source, message
 ):
@@ -589,6 +610,7 @@ def test_run_in_child_sends_back_a_value_larger_than_a_pipe_holds():
     ],
     ids=["exit", "crash", "timeout", "unpicklable"],
 )
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_run_in_child_says_how_a_call_that_returns_nothing_ended(function, check):
     from whatif_bench.usercode import run_in_child
 
@@ -598,6 +620,7 @@ def test_run_in_child_says_how_a_call_that_returns_nothing_ended(function, check
     assert time.monotonic() - started < 20
 
 
+@pytest.mark.slow  # about 1 s
 def test_run_each_in_child_runs_items_in_order_in_one_child_and_stops_early():
     from whatif_bench.usercode import run_each_in_child
 
@@ -613,6 +636,7 @@ def test_run_each_in_child_runs_items_in_order_in_one_child_and_stops_early():
     assert [r.value for r in late] == [1, None] and late[1].timed_out
 
 
+@pytest.mark.slow  # about 3 s
 def test_seconds_and_imputed_come_back_from_the_models_process(
     tmp_path, corpus, models_file, naive_alone, capsys
 ):

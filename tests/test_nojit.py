@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # about 3 s
 def test_engine_and_user_forms_pass_with_the_jit_disabled():
     env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
     selected = [

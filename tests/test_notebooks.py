@@ -65,6 +65,7 @@ def code_cells(notebook: Path) -> list[str]:
     return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
 
 
+@pytest.mark.slow  # the whole tour (a corpus, an evaluation, its figures) in a new process
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_and_labels_its_figures(notebook, tmp_path):
     (tmp_path / "cells.json").write_text(json.dumps(code_cells(notebook)))

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_cli, run_whatif
 from tests.opendc_support import (
     MAVEN_REPO,
     TRACE_2_0,
@@ -36,14 +36,14 @@ IDLE_W, MAX_W = 105.5, 250.0
 
 
 @pytest.fixture(scope="session")
-def jvm(tmp_path_factory):
-    """The driver built once for the session (in a cache of its own) and the toolchain."""
+def jvm():
+    """The toolchain and the driver, from the driver cache every OpenDC run here uses
+    ($WHATIF_OPENDC_CACHE, else ~/.cache): built there if it is not yet (once per machine and
+    driver version, not once per session). A build from nothing, in a cache and a Maven local
+    repository of its own, is test_the_driver_builds_against_the_shared_repository_alone."""
     need_jvm()
-    cache = tmp_path_factory.mktemp("opendc-driver-cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(library.CACHE_ENV, str(cache))
-        toolchain = library.find_toolchain(need_maven=True)
-        yield toolchain, library.build_driver(toolchain, MAVEN_REPO, cache=cache)
+    toolchain = library.find_toolchain(need_maven=True)
+    return toolchain, library.build_driver(toolchain, MAVEN_REPO)
 
 
 @pytest.fixture(scope="session")
@@ -79,6 +79,7 @@ def test_the_driver_builds_against_the_shared_repository_alone(tmp_path):
     assert not list((tmp_path / "cache").rglob(".build-*"))  # the build folder is gone
 
 
+@pytest.mark.slow  # about 1 s
 def test_without_the_extra_repository_the_build_says_what_is_missing(tmp_path, jvm, monkeypatch):
     """Maven Central as served here has no org.opendc; artifacts Maven keeps from the shared
     repository count only where that repository is declared."""
@@ -158,6 +159,7 @@ def _hosts(**host_0):
         ({"core_speed_mhz": 6000.0}, 2.0),
     ],
 )
+@pytest.mark.one_quick  # about 2 s over all its cases
 def test_core_speed_and_count_change_utilisation_and_power_as_opendcs_model_says(
     jvm, two_days, change, capacity_factor
 ):
@@ -204,6 +206,7 @@ def test_a_core_slower_than_the_demand_caps_the_vm(jvm, two_days):
     np.testing.assert_allclose(s["cpu_time_idle_1019"].min(), 0.0, atol=1e-6)
 
 
+@pytest.mark.slow  # about 1 s
 def test_the_full_run_reproduces_the_shipped_baselines(jvm):
     shipped = read_baselines(shipped_baselines_path())["opendc"]
     run = opendc.run(trace=str(TRACE_2_0), backend="library")
@@ -232,7 +235,7 @@ def test_simulate_writes_a_checked_store(jvm, tmp_path):
     assert result.returncode == 0, result.stderr
     stored = read_baselines(out)["opendc"]
     assert stored.n_steps == 288 and len(stored.series) == 22
-    info = run_whatif("baselines", "info", str(out))
+    info = run_cli("baselines", "info", str(out))
     assert "opendc     22 series x    288 steps" in info.stdout
 
 
@@ -302,7 +305,7 @@ def test_bad_trace_input_through_the_command_line(jvm, tmp_path):
     (bad / "meta.parquet").write_bytes((TRACE_2_0 / "meta.parquet").read_bytes()[:100])
     (bad / "trace.parquet").write_bytes((TRACE_2_0 / "trace.parquet").read_bytes())
     out = tmp_path / "o.h5"
-    result = run_whatif("simulate", "--simulator", "opendc", "--trace", str(bad), "--out", str(out))
+    result = run_cli("simulate", "--simulator", "opendc", "--trace", str(bad), "--out", str(out))
     assert result.returncode != 0 and "meta.parquet: not a readable Parquet file" in result.stderr
     assert not out.exists() and "Traceback" not in result.stderr
 
@@ -370,6 +373,7 @@ def _window_means(durations_ms: np.ndarray, usage: np.ndarray, windows: int) -> 
     return out
 
 
+@pytest.mark.slow  # about 1 s
 def test_window_means_are_exact_on_the_newer_layout_whose_fragments_jitter(jvm):
     """The newer layout's fragments last 599 s, 601 s, ...: a window holds parts of two, and the
     driver's mean must equal the time mean computed here from the fragments alone."""
@@ -471,6 +475,7 @@ DRIVER_FAULTS = [
 @pytest.mark.parametrize(
     ("case", "tables", "extra", "message"), DRIVER_FAULTS, ids=[f[0] for f in DRIVER_FAULTS]
 )
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_the_drivers_own_checks_end_in_one_error_line(jvm, tmp_path, case, tables, extra, message):
     toolchain, jar = jvm
     inputs = _driver_inputs(tmp_path / "in", **tables)
@@ -495,6 +500,7 @@ def test_the_drivers_own_inputs_run_cleanly(jvm, tmp_path):
     assert output.run["placement.a"] == output.run["placement.b"] == "host-0"
 
 
+@pytest.mark.slow  # about 1 s
 def test_a_jvm_that_runs_too_long_is_stopped(tmp_path):
     folder = _stub_java(tmp_path, "import time; time.sleep(60)\n")
     toolchain = library.Toolchain(str(folder / "java"), None, "17.0.15")

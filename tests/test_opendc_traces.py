@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_cli
 from tests.opendc_support import (
     TRACE_CURRENT,
     gwa_folder_from_2_0,
@@ -193,7 +193,7 @@ def test_simulate_refuses_an_impossible_2_0_trace_in_one_line_and_writes_nothing
     before = _sha256(folder)
     monkeypatch.setenv("OPENDC_BIN", "/bin/false")
     out = tmp_path / "out" / "o.h5"
-    result = run_whatif(
+    result = run_cli(
         "simulate", "--simulator", "opendc", "--backend", "cli", "--days", "0.1",
         "--trace", str(folder), "--out", str(out),
     )  # fmt: skip

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import run_whatif, small_corpus
+from tests.conftest import run_cli, run_whatif, small_corpus
 from whatif_bench import outputs
 from whatif_bench.outputs import (
     IDENTITY,
@@ -36,6 +36,9 @@ from whatif_bench.outputs import (
     write_folder,
     write_identity,
 )
+
+# the reports draw one skill plot, not five (tests/conftest.py): not what these tests check
+pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")
 
 TARGET = "epanet/pressure_10"
 STREAM = ("stream", "--seed", "3", "--count", "5", "--simulators", "epanet")
@@ -416,6 +419,7 @@ REFUSALS = [
 
 
 @pytest.mark.parametrize("scenario", REFUSALS, ids=lambda s: getattr(s, "__name__", str(s))[2:])
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_a_run_that_would_lose_user_data_is_one_error_and_changes_nothing(
     tmp_path, corpus_bytes, baselines, scenario, capsys
 ):
@@ -440,6 +444,7 @@ def test_a_run_that_would_lose_user_data_is_one_error_and_changes_nothing(
     ],
     ids=lambda s: s.__name__[2:],
 )
+@pytest.mark.one_quick  # about 2 s over all its cases
 def test_the_installed_command_refuses_too(tmp_path, corpus_bytes, baselines, scenario):
     """A few of the table's cases through the ``whatif`` executable itself (a new process)."""
     argv, message = scenario(tmp_path, corpus_bytes, baselines)
@@ -457,7 +462,7 @@ def evaluation(tmp_path_factory, corpus_bytes) -> tuple[Path, Path]:
     """(corpus, an evaluation folder ``whatif evaluate`` wrote)."""
     root = tmp_path_factory.mktemp("evaluation")
     corpus = _corpus(root, corpus_bytes, "corpus.h5")
-    result = run_whatif("evaluate", str(corpus), *EVALUATE, "--out", str(root / "results"))
+    result = run_cli("evaluate", str(corpus), *EVALUATE, "--out", str(root / "results"))
     assert result.returncode == 0, result.stderr
     return corpus, root / "results"
 
@@ -477,6 +482,7 @@ def test_an_evaluation_folder_holds_its_identity_record_and_resumes(evaluation, 
 
 
 @pytest.mark.parametrize("made", ["missing", "empty"])
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_a_new_or_empty_folder_is_used_for_an_evaluation(tmp_path, corpus_bytes, made, capsys):
     corpus, out = _corpus(tmp_path, corpus_bytes), tmp_path / "results"
     if made == "empty":
@@ -505,6 +511,7 @@ def test_other_commands_refuse_a_folder_whatif_evaluate_wrote(evaluation, tmp_pa
 
 
 # ---- names beside an output that only look like temporaries ----------------------------------
+@pytest.mark.slow  # about 4 s
 def test_export_keeps_files_that_only_look_like_its_temporaries(tmp_path, corpus_bytes):
     c = _corpus(tmp_path, corpus_bytes)
     (tmp_path / ".results.old-backup" / "2024").mkdir(parents=True)
@@ -524,6 +531,7 @@ def test_export_keeps_files_that_only_look_like_its_temporaries(tmp_path, corpus
     assert (tmp_path / "results" / IDENTITY).is_file()
 
 
+@pytest.mark.slow  # about 2 s
 def test_generate_keeps_files_that_only_look_like_its_temporaries(tmp_path):
     out = tmp_path / "c.h5"
     (tmp_path / ".c.h5.partial-mine").write_text("mine")

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tests.conftest import run_whatif, small_corpus
+from tests.conftest import run_cli, run_whatif, small_corpus
 from whatif_bench.evaluation import Forecast, evaluate, make_forecaster
 from whatif_bench.evaluation.relational import (
     SCORE_COLUMNS,
@@ -29,6 +29,9 @@ from whatif_bench.evaluation.relational import (
 from whatif_bench.evaluation.runner import relational_parts
 from whatif_bench.generator import Corpus, GenerationConfig, generate
 from whatif_bench.simulators import shipped_baselines_path
+
+# the reports draw one skill plot, not five (tests/conftest.py): not what these tests check
+pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")
 
 
 def test_direction_counts_agreeing_signs_and_a_zero_forecast_effect_as_wrong():
@@ -165,6 +168,7 @@ def test_restraint_inputs_hold_the_history_and_base_covariates(corpus_path):
             assert truths[index].last_value == task.history_target[-1]
 
 
+@pytest.mark.slow  # about 4 s
 def test_evaluate_relational_scores_every_history_the_same_with_one_or_two_jobs(
     tmp_path, corpus_path
 ):
@@ -208,6 +212,7 @@ def test_evaluate_relational_scores_every_history_the_same_with_one_or_two_jobs(
         assert row[name] == pytest.approx(expected[name], nan_ok=True), name
 
 
+@pytest.mark.slow  # about 2 s
 def test_a_model_failing_on_restraint_inputs_fails_its_histories_with_one_error_line(
     tmp_path, corpus_path
 ):
@@ -268,6 +273,7 @@ def _datasets(path) -> dict[str, object]:
     return found
 
 
+@pytest.mark.slow  # about 1 s
 def test_a_restraint_corpus_stores_nothing_new_and_records_its_futures(corpus_path, restraint_path):
     import h5py
 
@@ -280,9 +286,9 @@ def test_a_restraint_corpus_stores_nothing_new_and_records_its_futures(corpus_pa
         assert json.loads(other.attrs["config"])["futures"] == ["replay", "novel", "restraint"]
         assert json.loads(other.attrs["axes"])["futures"] == ["replay", "novel", "restraint"]
         assert other.attrs["n_tasks_kept"] == 3 * other.attrs["n_pairs_kept"]
-    done = run_whatif("verify", str(restraint_path))
+    done = run_cli("verify", str(restraint_path))
     assert done.returncode == 0, done.stderr
-    info = run_whatif("info", str(restraint_path), "--json")
+    info = run_cli("info", str(restraint_path), "--json")
     assert json.loads(info.stdout)["by_future"]["restraint"]["kept"] > 0
 
 
@@ -311,6 +317,7 @@ def test_restraint_tasks_hold_base_covariates_and_the_counterfactual(restraint_p
         )
 
 
+@pytest.mark.slow  # about 3 s
 def test_evaluating_a_restraint_corpus_scores_restraint_tasks_and_the_same_relations(
     tmp_path, corpus_path, restraint_path
 ):
@@ -335,7 +342,7 @@ def test_evaluating_a_restraint_corpus_scores_restraint_tasks_and_the_same_relat
     ],
 )
 def test_bad_futures_are_one_error_line(tmp_path, given, said):
-    done = run_whatif(
+    done = run_cli(
         "generate", "--targets", "epanet/pressure_10", "--out", str(tmp_path / "x.h5"),
         "--futures", given,
     )  # fmt: skip
@@ -355,6 +362,7 @@ class CountingNaive:
         return [Forecast(point=np.full(t.prediction_length, t.history_target[-1])) for t in batch]
 
 
+@pytest.mark.slow  # about 2 s
 def test_relational_chunks_are_kept_and_a_second_run_forecasts_nothing(tmp_path, corpus_path):
     out = tmp_path / "resume"
     # model_timeout=None: predict runs in this process, where the count is kept (with a time
@@ -383,7 +391,7 @@ def test_verify_names_a_config_whose_futures_contradict_the_axes(tmp_path, restr
         config = json.loads(h5.attrs["config"])
         del config["futures"]
         h5.attrs["config"] = json.dumps(config, sort_keys=True)
-    done = run_whatif("verify", str(copy))
+    done = run_cli("verify", str(copy))
     assert done.returncode != 0
     assert "attribute config: futures None differ from the future types of the axes" in (
         done.stdout + done.stderr

@@ -66,14 +66,15 @@ def test_re_simulating_reproduces_the_shipped_series_exactly(shipped, module):
     assert again.content_hash() == shipped[module.NAME].content_hash()
 
 
-def test_a_short_sumo_run_reproduces_the_start_of_the_shipped_month(shipped):
-    day = sumo.run(days=1)
+@pytest.mark.slow  # about 5 s
+def test_a_short_sumo_run_reproduces_the_start_of_the_shipped_month(shipped, sumo_one_day):
+    day = sumo_one_day  # sumo.run(days=1), once per session
     for name, values in day.series.items():
         np.testing.assert_array_equal(
             values, shipped["sumo"].series[name][: day.n_steps], err_msg=name
         )
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # about two minutes of SUMO: the suite's largest single test
 def test_re_simulating_sumo_reproduces_the_shipped_month_exactly(shipped):
     assert sumo.run(days=sumo.DEFAULT_DAYS).content_hash() == shipped["sumo"].content_hash()

@@ -89,6 +89,7 @@ def _outdoor_temperatures_read_by_the_engine(weather_file: str, tmp_path) -> np.
 
 
 @pytest.mark.parametrize("weather_file", sorted(gridlabd.WEATHER_FILES))
+@pytest.mark.one_quick  # about 2 s over all its cases
 def test_every_weather_file_is_read_hour_for_hour_as_pvlib_reads_it(weather_file, tmp_path):
     from pvlib import iotools
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_cli
 from tests.opendc_support import need_trace
 from whatif_bench.simulators import opendc
 from whatif_bench.simulators.base import SimulatorError, SimulatorUnavailable
@@ -152,7 +152,7 @@ def test_backend_choices_that_cannot_work_are_refused(backend, image, message):
 
 def test_cli_without_any_backend_exits_non_zero_and_says_how(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    result = run_whatif(
+    result = run_cli(
         "simulate",
         "--simulator",
         "opendc",

@@ -9,15 +9,17 @@ from whatif_bench.simulators import sumo
 
 
 @pytest.fixture(scope="module")
-def one_day():
-    return sumo.run(days=1)
+def one_day(sumo_one_day):
+    return sumo_one_day  # sumo.run(days=1), once per session
 
 
+@pytest.mark.slow  # about 5 s
 def test_one_day_run_has_the_29_registry_targets(one_day, registry):
     assert one_day.n_steps == 288 and one_day.interval_s == 300
     assert set(one_day.series) == {r.target for r in registry.relationships("sumo")}
 
 
+@pytest.mark.slow  # about 5 s
 def test_runs_are_repeatable(one_day):
     assert sumo.run(days=1).content_hash() == one_day.content_hash()
 

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_cli
 from whatif_bench.errors import SpecError
 from whatif_bench.outputs import is_safe_name
 from whatif_bench.relationships import load_registry
@@ -349,7 +349,7 @@ def test_every_shipped_name_is_a_safe_file_name(registry):
 def test_bad_spec_through_the_command_line_is_one_error_line(tmp_path):
     spec = tmp_path / "toy.toml"
     spec.write_text(GOOD.replace('name = "t"', 'name = "../../x"', 1))
-    result = run_whatif(
+    result = run_cli(
         "relationships",
         "plot",
         "--simulator",

@@ -73,6 +73,7 @@ def test_shards_partition_the_slots_and_make_the_same_tasks(sources, num_shards)
 
 @settings(max_examples=12, deadline=None, derandomize=True)
 @given(slot=st.integers(0, 40), num_shards=st.integers(1, 16))
+@pytest.mark.slow  # about 2 s
 def test_a_slot_is_the_same_task_whichever_shard_makes_it(slot, num_shards):
     sources = benchmark_sources(["epanet"])
     alone = TaskStream(5, sources=sources).task(slot)
@@ -262,6 +263,7 @@ def test_a_slot_that_never_passes_the_rule_is_a_clear_error(sources):
     steps=st.integers(0, 10**6),
     interval_s=st.sampled_from([1, 60, 300, 3600]),
 )
+@pytest.mark.slow  # about 2 s
 def test_an_items_start_text_is_the_tasks_start_in_iso_format(sources, start, steps, interval_s):
     from whatif_bench.corpus import start_text
 

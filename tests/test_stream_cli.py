@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_cli
 from whatif_bench.corpus.columns import schema
 from whatif_bench.stream import TaskStream
 from whatif_bench.stream.h5shard import FORMAT, ShardError, read_shard
@@ -27,11 +27,12 @@ def cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory, cache):
     out = tmp_path_factory.mktemp("s") / "one"
-    done = run_whatif("stream", *ARGS, "--out", str(out), "--cache", cache, "--jobs", "1")
+    done = run_cli("stream", *ARGS, "--out", str(out), "--cache", cache, "--jobs", "1")
     assert done.returncode == 0, done.stderr
     return out
 
 
+@pytest.mark.slow  # about 2 s
 def test_shards_hold_the_streams_tasks_in_the_parquet_exports_columns(shards, cache):
     files = sorted((shards / "data").glob("*.parquet"))
     assert [f.name for f in files] == [f"shard-0000{i}.parquet" for i in range(3)]
@@ -52,9 +53,10 @@ def test_shards_hold_the_streams_tasks_in_the_parquet_exports_columns(shards, ca
     assert set(manifest["files"]) == {f"data/{f.name}" for f in files}
 
 
+@pytest.mark.slow  # about 1 s
 def test_two_jobs_write_the_same_bytes(shards, cache, tmp_path):
     out = tmp_path / "two"
-    done = run_whatif("stream", *ARGS, "--out", str(out), "--cache", cache, "--jobs", "2")
+    done = run_cli("stream", *ARGS, "--out", str(out), "--cache", cache, "--jobs", "2")
     assert done.returncode == 0, done.stderr
     for name in ("manifest.json", *(f"data/shard-0000{i}.parquet" for i in range(3))):
         assert (out / name).read_bytes() == (shards / name).read_bytes(), name
@@ -80,15 +82,16 @@ def test_two_jobs_write_the_same_bytes(shards, cache, tmp_path):
 )
 def test_bad_stream_commands_fail_with_one_line_and_write_nothing(tmp_path, cache, extra, message):
     out = tmp_path / "o"
-    done = run_whatif("stream", *extra, "--out", str(out), "--cache", cache)
+    done = run_cli("stream", *extra, "--out", str(out), "--cache", cache)
     assert done.returncode in (1, 2)
     assert message in done.stderr and "Traceback" not in done.stderr
     assert not out.exists()
 
 
+@pytest.mark.slow  # the shards fixture: a stream of 50 tasks, about 2 s
 def test_an_existing_output_is_refused_unless_overwrite(shards, cache):
     before = (shards / "manifest.json").read_bytes()
-    done = run_whatif("stream", *ARGS, "--out", str(shards), "--cache", cache)
+    done = run_cli("stream", *ARGS, "--out", str(shards), "--cache", cache)
     assert done.returncode == 1 and "already exists; pass --overwrite" in done.stderr
     assert (shards / "manifest.json").read_bytes() == before
 
@@ -110,13 +113,14 @@ def fingerprint(task) -> tuple:
 @pytest.fixture(scope="module")
 def h5_shards(tmp_path_factory, cache):
     out = tmp_path_factory.mktemp("h") / "one"
-    done = run_whatif(
+    done = run_cli(
         "stream", *ARGS, "--format", "hdf5", "--out", str(out), "--cache", cache, "--jobs", "1"
     )
     assert done.returncode == 0, done.stderr
     return out
 
 
+@pytest.mark.slow  # about 1 s
 def test_hdf5_shards_read_back_as_the_streams_tasks(h5_shards, cache):
     files = sorted((h5_shards / "data").glob("*"))
     assert [f.name for f in files] == [f"shard-0000{i}.h5" for i in range(3)]
@@ -132,9 +136,10 @@ def test_hdf5_shards_read_back_as_the_streams_tasks(h5_shards, cache):
     assert set(manifest["files"]) == {f"data/{f.name}" for f in files}
 
 
+@pytest.mark.slow  # about 2 s
 def test_hdf5_shards_of_two_jobs_are_the_same_bytes(h5_shards, cache, tmp_path):
     out = tmp_path / "two"
-    done = run_whatif(
+    done = run_cli(
         "stream", *ARGS, "--format", "hdf5", "--out", str(out), "--cache", cache, "--jobs", "2"
     )
     assert done.returncode == 0, done.stderr
@@ -143,6 +148,7 @@ def test_hdf5_shards_of_two_jobs_are_the_same_bytes(h5_shards, cache, tmp_path):
         assert (out / name).read_bytes() == (h5_shards / name).read_bytes(), name
 
 
+@pytest.mark.slow  # the shards fixture
 def test_a_file_that_is_not_a_shard_is_refused(shards, tmp_path):
     with pytest.raises(ShardError, match="not a readable HDF5 file"):
         next(read_shard(shards / "data" / "shard-00000.parquet"))
@@ -152,6 +158,7 @@ def test_a_file_that_is_not_a_shard_is_refused(shards, tmp_path):
         next(read_shard(tmp_path / "other.h5"))
 
 
+@pytest.mark.slow  # about 2 s
 def test_a_failed_overwrite_keeps_the_old_shards_and_leaves_no_temporary(
     h5_shards, cache, tmp_path, monkeypatch
 ):

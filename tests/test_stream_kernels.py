@@ -296,6 +296,7 @@ print(json.dumps([hashlib.sha256(t.history_covariates.tobytes() + t.future_targe
 """
 
 
+@pytest.mark.slow  # about 1 s
 def test_the_kernels_run_as_plain_python_without_numba():
     env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
     done = subprocess.run(

@@ -223,6 +223,7 @@ def test_collate_to_fixed_shapes_and_refuses_what_does_not_fit(pool):
 
 
 # ---- the corpus -------------------------------------------------------------------------------
+@pytest.mark.slow  # about 2 s
 def test_a_shuffled_corpus_over_two_workers_gives_each_task_once_as_corpus_reads_it(corpus_path):
     dataset = CorpusDataset(corpus_path, shuffle=True, seed=3)
     made = list(loader(dataset, 2))
@@ -312,6 +313,7 @@ def test_without_torch_the_datasets_say_which_extra_to_install(monkeypatch):
 
 # ---- the length of a corpus dataset ------------------------------------------------------------
 @pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.one_quick  # about 2 s over all its cases
 def test_a_corpus_datasets_len_is_what_its_ranks_loader_yields_for_any_worker_count(
     corpus_path, workers
 ):

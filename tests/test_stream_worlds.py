@@ -49,6 +49,7 @@ def stream_tasks(cache, holdout: bool, count: int = 60):
     return list(stream)
 
 
+@pytest.mark.slow  # about 2 s
 def test_no_held_out_task_comes_from_a_benchmark_series(cache, benchmark):
     tasks = stream_tasks(cache, holdout=True)
     assert {t.world for t in tasks} <= set(WORLDS)
@@ -59,6 +60,7 @@ def test_no_held_out_task_comes_from_a_benchmark_series(cache, benchmark):
         assert not cut_from(window, series), task.task_id
 
 
+@pytest.mark.slow  # about 2 s
 def test_holdout_false_adds_the_benchmark_and_the_check_finds_its_windows(cache, benchmark):
     tasks = stream_tasks(cache, holdout=False, count=80)
     from_benchmark = [t for t in tasks if t.world.endswith("-benchmark")]
@@ -68,6 +70,7 @@ def test_holdout_false_adds_the_benchmark_and_the_check_finds_its_windows(cache,
         assert cut_from(window, benchmark[task.simulator].series[task.target])
 
 
+@pytest.mark.slow  # about 2 s
 def test_training_worlds_are_dated_and_shaped_like_the_benchmark(cache, benchmark):
     for task in stream_tasks(cache, holdout=True, count=10):
         assert task.interval_s == benchmark[task.simulator].interval_s

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import run_whatif
+from tests.conftest import run_cli
 from whatif_bench.simulators import read_baselines, shipped_baselines_path, write_baselines
 from whatif_bench.simulators.base import Baselines, BaselinesFileError
 
@@ -175,7 +175,7 @@ def test_a_malformed_csv_is_one_error_naming_file_and_place(tmp_path, old, new, 
     with pytest.raises(BaselinesFileError) as error:
         read_baselines(path)
     assert str(error.value).startswith(f"{path}: ") and message in str(error.value)
-    result = run_whatif("baselines", "info", str(path))
+    result = run_cli("baselines", "info", str(path))
     assert result.returncode == 1 and result.stderr.startswith("error: ")
     assert message in result.stderr and "Traceback" not in result.stderr
 
@@ -299,6 +299,7 @@ def _edited_copy(source: Path, folder: Path, old: str, new: str) -> Path:
         ("spec", 'unit = "psi"', "", "field 'unit': is required"),
     ],
 )
+@pytest.mark.one_quick  # about 4 s over all its cases
 def test_generate_refuses_a_baseline_that_does_not_match_the_spec(
     tmp_path, net3_csv, where, old, new, message
 ):
@@ -308,7 +309,7 @@ def test_generate_refuses_a_baseline_that_does_not_match_the_spec(
     else:
         spec = _edited_copy(NET3_SPEC, tmp_path, old, new)
     out = tmp_path / "tasks.h5"
-    result = run_whatif(
+    result = run_cli(
         "generate",
         "--spec",
         str(spec),
@@ -327,7 +328,7 @@ def test_generate_refuses_a_baseline_that_does_not_match_the_spec(
 
 
 def test_a_source_without_its_spec_is_named_in_the_error(tmp_path, net3_csv):
-    result = run_whatif("generate", "--baselines", str(net3_csv), "--out", str(tmp_path / "t.h5"))
+    result = run_cli("generate", "--baselines", str(net3_csv), "--out", str(tmp_path / "t.h5"))
     assert result.returncode == 1 and "no spec file declares ['net3']" in result.stderr
     assert not (tmp_path / "t.h5").exists()
 
@@ -350,7 +351,7 @@ def test_the_same_source_as_csv_and_parquet_makes_the_same_corpus(tmp_path, net3
     outputs = []
     for name, baselines in (("a.h5", net3_csv), ("b.h5", parquet)):
         out = tmp_path / name
-        result = run_whatif(
+        result = run_cli(
             "generate",
             "--spec",
             str(NET3_SPEC),
@@ -373,8 +374,13 @@ def test_the_same_source_as_csv_and_parquet_makes_the_same_corpus(tmp_path, net3
 
 def test_combine_gathers_layouts_into_one_store(tmp_path, net3_csv):
     out = tmp_path / "all.h5"
-    result = run_whatif(
-        "baselines", "combine", str(shipped_baselines_path()), str(net3_csv), "--out", str(out)
+    result = run_cli(
+        "baselines",
+        "combine",
+        str(shipped_baselines_path()),
+        str(net3_csv),
+        "--out",
+        str(out),
     )
     assert result.returncode == 0, result.stderr
     combined = read_baselines(out)
@@ -401,7 +407,7 @@ def test_combine_refuses_bad_inputs_and_writes_nothing(tmp_path, net3_csv, files
             [Baselines("lab", "1", 60, "2024-01-01T00:00:00", {"y": np.ones(3)}, {"y": "1"}, {})],
         )
     before = out.read_bytes() if out.exists() else None
-    result = run_whatif(
+    result = run_cli(
         "baselines", "combine", *map(str, files(tmp_path, net3_csv)), "--out", str(out)
     )
     assert result.returncode == 1 and message in result.stderr, result.stderr
@@ -417,7 +423,7 @@ def test_a_store_is_never_written_under_a_table_name(tmp_path, net3_csv, suffix)
         ("baselines", "combine", str(net3_csv), "--out", str(out)),
         ("simulate", "--simulator", "epanet", "--days", "1", "--out", str(out)),
     ):
-        result = run_whatif(*args)
+        result = run_cli(*args)
         assert result.returncode == 1 and "a baselines store is HDF5; name it .h5" in result.stderr
         assert not out.exists()
     with pytest.raises(BaselinesFileError, match="name it .h5"):
@@ -425,7 +431,7 @@ def test_a_store_is_never_written_under_a_table_name(tmp_path, net3_csv, suffix)
 
 
 def test_extra_series_are_refused_for_a_simulator_without_them(tmp_path):
-    result = run_whatif(
+    result = run_cli(
         "simulate", "--simulator", "sumo", "--extra-series", "--out", str(tmp_path / "b.h5")
     )
     assert result.returncode == 1

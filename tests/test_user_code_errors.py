@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_whatif, small_corpus
+from tests.conftest import run_whatif
 from tests.toy_spec import one_covariate_spec
 from whatif_bench.cli import main
 
@@ -95,6 +95,7 @@ def test_an_unusable_module_file_is_one_error(tmp_path, capsys, make, message):
     ],
     ids=["raises", "tuple", "array", "not-numba"],
 )
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_a_form_that_fails_when_called_is_one_error(tmp_path, capsys, body, message, request):
     name = f"bad_{request.node.callspec.id.replace('-', '_')}"
     forms, spec = files(tmp_path, name, body)
@@ -118,6 +119,7 @@ def test_a_form_that_fails_when_called_is_one_error(tmp_path, capsys, body, mess
     assert pytest.importorskip("re").search(message.format(name=name), err), err
 
 
+@pytest.mark.slow  # about 3 s
 def test_a_form_that_never_returns_is_stopped(tmp_path, capsys):
     forms, spec = files(tmp_path, "loops_forever", "while f > 0.0:\n    y = y + 1.0\nreturn y\n")
     code, out, err = run(
@@ -128,6 +130,7 @@ def test_a_form_that_never_returns_is_stopped(tmp_path, capsys):
     assert "did not return within 3 s" in err
 
 
+@pytest.mark.slow  # about 3 s
 def test_a_form_that_never_returns_is_stopped_before_eval(tmp_path, capsys, monkeypatch):
     from whatif_bench.relationships import plugins
 
@@ -138,6 +141,7 @@ def test_a_form_that_never_returns_is_stopped_before_eval(tmp_path, capsys, monk
     assert code == 1 and "did not return within 3 s" in err and str(forms) in err
 
 
+@pytest.mark.slow  # about 2 s
 def test_a_form_returning_nan_breaks_the_finite_rule_naming_module_and_form(tmp_path, capsys):
     forms, spec = files(tmp_path, "nan_above_3", "return y * f if f < 3.0 else math.nan\n")
     code, out, err = run(
@@ -181,11 +185,12 @@ PATH_IDS = ["fifo", "loop", "device"]
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return small_corpus(tmp_path_factory.mktemp("paths"), ("epanet/pressure_10",))
+def corpus(one_target_corpus):
+    return one_target_corpus  # epanet/pressure_10, once per session (read only here)
 
 
 @pytest.mark.parametrize(("make", "what"), PATH_PROBLEMS, ids=PATH_IDS)
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_a_models_path_that_is_not_a_file_is_named_so(tmp_path, corpus, make, what):
     path = make(tmp_path)
     out = tmp_path / "o"

@@ -99,6 +99,7 @@ def corpus(inputs):
     return out
 
 
+@pytest.mark.slow  # about 6 s
 def test_a_user_corpus_records_exactly_what_it_used(corpus, inputs):
     forms_bytes = inputs["forms"].read_bytes()
     expected = RegistrySource.from_files([EXTRA, inputs["override"]], [inputs["forms"]])
@@ -131,6 +132,8 @@ def test_the_override_replaces_the_shipped_target_in_place(inputs):
     assert shipped.get("sumo", "speed_loop_e_1_near").form.name != "logistic_saturation"
 
 
+# the corpus fixture is a --jobs 2 run of its own (about 5 s): its tests are slow
+@pytest.mark.slow
 def test_workers_write_the_file_one_process_writes(corpus, inputs):
     """--jobs 2 (workers re-load the forms module by path) and --jobs 1: the same bytes."""
     out = inputs["folder"] / "one.h5"
@@ -139,14 +142,21 @@ def test_workers_write_the_file_one_process_writes(corpus, inputs):
     assert out.read_bytes() == corpus.read_bytes()
 
 
+@pytest.mark.slow
 def test_verify_rebuilds_every_pair_given_the_forms(corpus, inputs):
     result = run_whatif(
-        "verify", str(corpus), "--baselines", str(inputs["baselines"]), "--forms", str(FORMS)
+        "verify",
+        str(corpus),
+        "--baselines",
+        str(inputs["baselines"]),
+        "--forms",
+        str(FORMS),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verified 400 pairs: every pair rebuilt bit for bit" in result.stdout
 
 
+@pytest.mark.slow
 def test_verify_and_show_refuse_without_the_forms_or_with_changed_ones(corpus, inputs):
     clean_failure(run_whatif("verify", str(corpus)), "pass them with --forms")
     changed = inputs["folder"] / "changed.py"
@@ -163,6 +173,7 @@ def test_verify_and_show_refuse_without_the_forms_or_with_changed_ones(corpus, i
     )
 
 
+@pytest.mark.slow  # about 2 s
 def test_show_and_evaluate_read_a_user_corpus(corpus, inputs, tmp_path):
     from whatif_bench.generator import Corpus
 
@@ -176,7 +187,14 @@ def test_show_and_evaluate_read_a_user_corpus(corpus, inputs, tmp_path):
     assert shown.stdout.startswith(task_id) and png.stat().st_size > 0
     out = tmp_path / "eval"
     scored = run_whatif(
-        "evaluate", str(corpus), "--models", "naive,linear", "--subset", "0.05", "--out", str(out)
+        "evaluate",
+        str(corpus),
+        "--models",
+        "naive,linear",
+        "--subset",
+        "0.05",
+        "--out",
+        str(out),
     )
     assert scored.returncode == 0, scored.stderr
     per_task = pd.read_parquet(out / "per_task.parquet")
@@ -186,6 +204,7 @@ def test_show_and_evaluate_read_a_user_corpus(corpus, inputs, tmp_path):
     assert sorted(board["model"]) == ["linear", "naive"]
 
 
+@pytest.mark.slow
 def test_a_user_corpus_is_described_given_its_forms_and_exports_null_descriptions(corpus, tmp_path):
     """``show --describe`` loads the user forms when given them; an export, which takes no
     ``--forms``, writes null descriptions rather than running code the corpus names."""
@@ -273,7 +292,10 @@ BAD = {
 }
 
 
+# a real process each: every case loads its own copy of the forms module, and the forms a
+# process has loaded stay registered in it
 @pytest.mark.parametrize("case", [*BAD, "forms_import", "short_baselines"])
+@pytest.mark.one_quick  # about 5 s over all its cases
 def test_bad_input_is_one_error_naming_file_and_field_and_writes_nothing(inputs, tmp_path, case):
     override = tmp_path / "override.toml"
     override.write_text(BAD[case][0] if case in BAD else OVERRIDE)

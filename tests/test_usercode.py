@@ -175,6 +175,7 @@ def test_forms_and_models_report_a_broken_module_alike(tmp_path, capsys, content
     ],
     ids=["os-exit-0", "os-exit-5", "killed", "exit", "endless"],
 )
+@pytest.mark.one_quick  # about 2 s over all its cases
 def test_import_in_child_names_a_module_that_ends_its_process(tmp_path, content, cause):
     from whatif_bench.usercode import import_in_child
 

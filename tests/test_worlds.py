@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_cli
 from tests.opendc_support import need_jvm
 from whatif_bench.simulators import (
     epanet,
@@ -161,6 +161,7 @@ def test_wrappers_refuse_bad_world_parameters():
 
 
 @pytest.mark.parametrize("world", TRAINING_WORLDS["epanet"], ids=lambda w: w.name)
+@pytest.mark.one_quick  # about 4 s over all its cases
 def test_epanet_world_is_a_real_run_held_apart_from_the_benchmark(world, shipped, cache):
     baselines = cache.get(world)
     assert baselines.n_steps == shipped["epanet"].n_steps  # the benchmark's length by default
@@ -180,6 +181,7 @@ def _gridlabd_params():
 
 
 @pytest.mark.parametrize("world", _gridlabd_params())
+@pytest.mark.one_quick  # about 6 s over all its cases
 def test_gridlabd_world_is_a_real_run_held_apart_from_the_benchmark(world, shipped, cache):
     baselines = cache.get(world)
     assert baselines.n_steps == shipped["gridlabd"].n_steps
@@ -189,6 +191,7 @@ def test_gridlabd_world_is_a_real_run_held_apart_from_the_benchmark(world, shipp
     assert np.ptp(baselines.series["air_temperature"]) > 0
 
 
+@pytest.mark.slow  # two full-length GridLAB-D worlds: about 2 s
 def test_gridlabd_world_records_where_and_when_it_ran(cache):
     july = cache.get(get_world("gridlabd-greensboro-july"))
     assert july.start == "2000-07-08T00:00:00"
@@ -201,6 +204,7 @@ def test_gridlabd_world_records_where_and_when_it_ran(cache):
 
 
 @pytest.mark.parametrize("world", TRAINING_WORLDS["sumo"], ids=lambda w: w.name)
+@pytest.mark.slow  # about 5 s
 def test_a_short_sumo_world_is_held_apart_from_the_benchmark(world, shipped, tmp_path):
     baselines = run_world(world, days=1, workdir=tmp_path)
     assert baselines.n_steps == 288
@@ -218,6 +222,7 @@ def test_sumo_world_is_a_real_run_held_apart_from_the_benchmark(world, shipped, 
 
 
 @pytest.mark.parametrize("world", TRAINING_WORLDS["opendc"], ids=lambda w: w.name)
+@pytest.mark.slow  # about 2 s
 def test_opendc_world_is_a_real_run_held_apart_from_the_benchmark(world, shipped, cache):
     """Other VMs of the benchmark's trace in its VM slots: a real OpenDC 2.0 run (the library
     backend, on the shared trace) whose every series differs from the benchmark's."""
@@ -300,6 +305,7 @@ def test_a_cache_file_of_an_older_world_definition_is_rebuilt(tmp_path):
     assert json.loads(rebuilt.inputs[SETTING_INPUT])["params"]["demand_pattern"] == [1.0, 2.0]
 
 
+@pytest.mark.slow  # about 2 s
 def test_two_processes_getting_one_world_run_it_once(tmp_path):
     script = textwrap.dedent(
         f"""
@@ -324,17 +330,17 @@ def test_two_processes_getting_one_world_run_it_once(tmp_path):
 
 
 def test_cli_lists_and_builds_worlds(tmp_path):
-    listed = run_whatif("worlds", "list", "--simulator", "gridlabd", "--json", check=True)
+    listed = run_cli("worlds", "list", "--simulator", "gridlabd", "--json", check=True)
     names = [w["name"] for w in json.loads(listed.stdout)]
     assert names == [w.name for w in TRAINING_WORLDS["gridlabd"]]
-    table = run_whatif("worlds", "list", check=True).stdout
+    table = run_cli("worlds", "list", check=True).stdout
     assert all(w.name in table for w in training_worlds())
-    built = run_whatif(
+    built = run_cli(
         "worlds", "build", "--world", SHORT_EPANET, "--cache", str(tmp_path), "--days", "1"
     )
     assert built.returncode == 0, built.stderr
     assert "ran in" in built.stderr and (tmp_path / f"{SHORT_EPANET}-1d.h5").is_file()
-    again = run_whatif(
+    again = run_cli(
         "worlds", "build", "--world", SHORT_EPANET, "--cache", str(tmp_path), "--days", "1"
     )
     assert "cached" in again.stderr
@@ -354,7 +360,7 @@ def test_cli_lists_and_builds_worlds(tmp_path):
     ],
 )
 def test_cli_bad_input_is_one_error_line(tmp_path, args, code, message):
-    result = run_whatif("worlds", "build", "--cache", str(tmp_path), *args)
+    result = run_cli("worlds", "build", "--cache", str(tmp_path), *args)
     assert result.returncode == code
     assert message in result.stderr
     if code == 1:
@@ -362,7 +368,7 @@ def test_cli_bad_input_is_one_error_line(tmp_path, args, code, message):
 
 
 def test_cli_help_states_every_default():
-    text = run_whatif("worlds", "build", "--help", check=True).stdout
+    text = run_cli("worlds", "build", "--help", check=True).stdout
     for option in ("--simulator", "--world", "--cache", "--days", "--rebuild"):
         assert option in text
     assert text.count("default") >= 5

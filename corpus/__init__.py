@@ -40,7 +40,7 @@ if TYPE_CHECKING:
         utc_naive,
         window_start_time,
     )
-    from whatif_bench.corpus.units import covariate_units
+    from whatif_bench.corpus.units import covariate_units, task_units
 
 # Imported on first use (see whatif_bench._lazy): the command line reads the packages that
 # import this one without loading numpy, h5py or pandas.
@@ -76,6 +76,7 @@ _EXPORTS = {
     "utc_naive": "whatif_bench.corpus.task",
     "window_start_time": "whatif_bench.corpus.task",
     "covariate_units": "whatif_bench.corpus.units",
+    "task_units": "whatif_bench.corpus.units",
 }
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
@@ -94,6 +95,7 @@ __all__ = [
     "corpus_registry",
     "CorpusError",
     "covariate_units",
+    "task_units",
     "describe_task",
     "draw_recipe",
     "draw_recipe_from",

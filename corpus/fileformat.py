@@ -45,6 +45,10 @@ PAIR_COLUMNS = (
     "kfactor_offset",
     *(f"{name}_offset" for name in DATA_DATASETS),
 )
+# The index columns that say how the corpus stores a pair (where its arrays start in the
+# datasets) and whether it was kept, not what the task is: the evaluation's per_task.parquet
+# leaves them out (every task it scores is a kept one).
+STORAGE_COLUMNS = ("kept", "drop_reason", *(c for c in PAIR_COLUMNS if c.endswith("_offset")))
 # the datasets every group must hold; the reader refuses a file without one of them
 REQUIRED = {
     "events": ("start", "direction", "ratio", "factors"),

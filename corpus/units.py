@@ -30,3 +30,13 @@ def covariate_units(attrs: dict) -> dict[tuple[str, str], dict[str, str]]:
     except Exception:  # units are descriptive only: never fail an evaluation or export for them
         return {}
     return units if attrs.get("registry_hash") == digest else {}
+
+
+def task_units(task, by_target: dict[tuple[str, str], dict[str, str]]) -> dict[str, str]:
+    """The unit of ``task``'s target and of each of its covariates, by name ("" where unknown):
+    the target's as the corpus stores it, the covariates' from ``by_target`` (what
+    ``covariate_units`` gives for the task's corpus). Every export writes these."""
+    known = by_target.get((task.simulator, task.target), {})
+    units = {name: known.get(name, "") for name in task.covariates}
+    units[task.target] = task.units.get(task.target) or ""
+    return units

@@ -6,7 +6,8 @@ import argparse
 import math
 import sys
 
-from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
+from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args, jobs_of
+from whatif_bench.cli_lists import add_list_option
 from whatif_bench.cli_types import MAX_WAIT_S, bounded_int, fraction, seed_int
 
 # The baselines' names, for --help without importing numpy; tests/test_forecasters.py checks
@@ -29,14 +30,19 @@ LLM_PREFIX = "llm"
 def add_arguments(subparsers) -> None:
     parser = subparsers.add_parser("evaluate", help="score forecasters on a corpus")
     parser.add_argument("corpus", help="corpus file (from whatif generate)")
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--models",
-        default="naive,linear,ridge,xgboost",
-        help=f"comma-separated baselines ({', '.join(BASELINE_NAMES)}; docs/METHOD.md, "
+        "--model",
+        split_later=True,
+        default=["naive", "linear", "ridge", "xgboost"],
+        metavar="MODEL",
+        help=f"baselines ({', '.join(BASELINE_NAMES)}; docs/METHOD.md, "
         f"section 9); foundation models {', '.join(f'{n}[:MODEL]' for n in ADAPTER_NAMES)} "
         "(MODEL: a Hugging Face id or a local folder, default the adapter's own; each needs "
         f"its extra, docs/MODELS.md); {LLM_PREFIX}:RESPONSES_DIR for an LLM's answers from "
-        "whatif llm run; or FILE.py:Class / module:Class for your own (default: %(default)s)",
+        "whatif llm run; or FILE.py:Class / module:Class for your own "
+        "(default: naive linear ridge xgboost)",
     )
     parser.add_argument(
         "--device",
@@ -63,7 +69,7 @@ def add_arguments(subparsers) -> None:
             "share than asked for small fractions (default: all tasks)"
         ),
     )
-    add_cluster_arguments(parser, jobs_help="worker processes (default: 1)")
+    add_cluster_arguments(parser, jobs_help="worker processes scoring chunks of tasks")
     parser.add_argument(
         "--reference",
         default="naive",
@@ -189,10 +195,12 @@ def load_model(
         ) from None
 
 
-def parse_models(text: str) -> list[str]:
-    """The comma-separated model specs; empty items and repeats are errors."""
+def parse_models(given: str | list[str]) -> list[str]:
+    """The model specs of ``--models`` (its values, each possibly comma-separated); empty items
+    and repeats are errors."""
     from whatif_bench.evaluation.forecasters import ModelError
 
+    text = given if isinstance(given, str) else ",".join(given)
     specs = [item.strip() for item in text.split(",")]
     if not any(specs):
         raise ModelError("--models is empty; give baseline names or FILE.py:Class")
@@ -232,7 +240,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         models,
         out,
         subset=args.subset,
-        jobs=args.jobs or 1,
+        jobs=jobs_of(args),
         reference=args.reference,
         seed=args.seed,
         log=_note,

@@ -7,6 +7,7 @@ import argparse
 import math
 import sys
 
+from whatif_bench.cli_lists import add_list_option
 from whatif_bench.cli_types import MAX_WAIT_S, bounded_int, positive_int, seconds_float
 
 DEFAULT_CONCURRENCY = 4
@@ -178,11 +179,14 @@ def add_arguments(subparsers) -> None:
     score.add_argument("responses", metavar="RESPONSES_DIR", help="from llm run or batch-read")
     score.add_argument("--corpus", required=True, help="the corpus the export was made from")
     score.add_argument("--out", required=True, help="evaluation folder to write (required)")
-    score.add_argument(
+    add_list_option(
+        score,
         "--models",
-        default="naive",
-        help="comma-separated baselines scored next to the LLM on the same tasks "
-        "(default: %(default)s)",
+        "--model",
+        split_later=True,
+        default=["naive"],
+        metavar="MODEL",
+        help="baselines scored next to the LLM on the same tasks (default: naive)",
     )
     score.add_argument(
         "--reference",

@@ -396,10 +396,8 @@ def _run_evaluation(run: EvaluationRun, pool: WorkPool) -> EvaluationResult:
         else:
             tasks = tasks_with_ids(frame, list(run.task_ids), run.corpus_path)
         if run.subset is not None and run.log is not None:
-            run.log(  # said, but not a note of the result: nothing went wrong
-                f"--subset {run.subset:g} selects {len(tasks):,} of {len(frame):,} tasks "
-                f"({len(tasks) / len(frame):.1%}): ceil({run.subset:g} x size) of each stratum"
-            )
+            # said, but not a note of the result: nothing went wrong
+            run.log(subset_words(run.subset, len(tasks), len(frame)))
         store.claim(manifest(run.corpus_path, attrs, tasks, run.subset, run.seed))
         store.prepare_models(run.models, run.labels)
         session = _Session(run, pool, store, corpus)
@@ -409,6 +407,22 @@ def _run_evaluation(run: EvaluationRun, pool: WorkPool) -> EvaluationResult:
             per_history = _run_pass(session, RELATIONAL, tasks, RELATIONAL_CHUNK)
         board = write_reports(per_task, run.reference, store.out, per_history)
     return EvaluationResult(per_task, board, run.reference, store.out, notes, per_history)
+
+
+def subset_words(subset: float, selected: int, total: int) -> str:
+    """What ``--subset`` selected, and, when it is not every task, why its leaderboard is not
+    the whole corpus's (each stratum keeps at least one task, so small strata weigh more)."""
+    words = (
+        f"--subset {subset:g} selects {selected:,} of {total:,} tasks "
+        f"({selected / total:.1%}): ceil({subset:g} x size) of each stratum"
+    )
+    if selected < total:
+        words += (
+            "; at least one of every stratum, so small strata weigh more than in the whole "
+            "corpus: compare its leaderboard with other runs of this --subset, not with the "
+            "whole corpus's"
+        )
+    return words
 
 
 def _run_pass(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from whatif_bench.corpus import fileformat
 from whatif_bench.evaluation.chunk_store import ChunkLayout
 from whatif_bench.evaluation.corpus_ref import CorpusRef, CovariateUnits
 from whatif_bench.evaluation.forecast_checks import (
@@ -117,8 +118,10 @@ FAILED_VALUES = {"wql": np.nan, "wape": np.nan, "seconds": np.nan, "imputed": Fa
 
 
 def selected_tasks(tasks: pd.DataFrame) -> pd.DataFrame:
-    """The tasks' pass scores every selected task (the rows of the corpus's index, in order)."""
-    return tasks
+    """The tasks' pass scores every selected task (the rows of the corpus's index, in order),
+    described by the index's columns but the storage ones (``fileformat.STORAGE_COLUMNS``:
+    offsets into the datasets, ``kept``, ``drop_reason``), which stay in the corpus."""
+    return tasks.drop(columns=[c for c in fileformat.STORAGE_COLUMNS if c in tasks.columns])
 
 
 def read_tasks(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from whatif_bench.cli_lists import add_list_option
 from whatif_bench.cli_types import seed_int
 from whatif_bench.export.formats import MODULES
 
@@ -35,16 +36,21 @@ def add_arguments(subparsers) -> None:
     parser.add_argument(
         "--seed", type=seed_int, default=0, help="seed of the --subset draw (default: 0)"
     )
-    parser.add_argument(
-        "--simulators", nargs="+", default=[], metavar="SIM", help="only these (default: all)"
+    add_list_option(
+        parser,
+        "--simulators",
+        "--simulator",
+        metavar="SIM",
+        help="only these simulators (default: all)",
     )
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--futures",
-        nargs="+",
-        default=[],
-        choices=list(future_choices()),
+        "--future",
+        allowed=list(future_choices()),
+        metavar="FUTURE",
         help="only these future types (default: all the corpus holds; restraint only in a "
-        "corpus generated with --futures replay,novel,restraint)",
+        "corpus generated with --futures replay novel restraint)",
     )
     parser.add_argument(
         "--overwrite",

@@ -78,23 +78,6 @@ def _schema(k: int, tz: str | None) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _covariate_units(corpus) -> dict[tuple[str, str], dict[str, str]]:
-    """Covariate units from the shipped registry, when the corpus was built from it; else {}.
-
-    The corpus file stores the target's unit but not the covariates' units."""
-    try:
-        from whatif_bench.corpus import registry_hash
-        from whatif_bench.relationships import load_registry
-
-        if corpus.attrs.get("registry_hash") != registry_hash():
-            return {}
-        return {
-            (r.simulator, r.target): {c.name: c.unit for c in r.covariates} for r in load_registry()
-        }
-    except Exception:  # units are documentation only: never fail the export for them
-        return {}
-
-
 def _row(task, units: dict[str, str], describer=None) -> dict[str, Any]:
     stamps = task.timestamps()
     row = {
@@ -197,14 +180,14 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
     (``tasks_per_task.yaml``), whose fev scores equal ``whatif evaluate``'s per-task scores."""
     from tqdm.auto import tqdm
 
-    from whatif_bench.corpus import export_describer
+    from whatif_bench.corpus import covariate_units, export_describer, task_units
 
     folder = Path(folder)
-    units = _covariate_units(corpus)
+    units = covariate_units(corpus.attrs)
     describer = export_describer(corpus)
 
     def units_of(task) -> dict[str, str]:
-        return units.get((task.simulator, task.target), {})
+        return task_units(task, units)
 
     order: dict[tuple[str, str, int], list[str]] = {}
     for row in tasks[["task_id", "simulator", "c_label", "k"]].itertuples(index=False):

@@ -91,10 +91,11 @@ def _table(stamps: list[str], header: list[str], columns: list[list[str]] | None
     return "\n".join(lines) + "\n"
 
 
-def _write_task(task, folder: Path, describer=None) -> dict[str, Any]:
-    """The task's folder, and its line of the key (``describer``: a
-    ``corpus.describe.Describer`` of the corpus, or ``None`` for a corpus built with user
-    forms modules: no ``scenario.txt``, and null ``description`` and ``scenario_text``)."""
+def _write_task(task, folder: Path, units: dict[str, str], describer=None) -> dict[str, Any]:
+    """The task's folder, and its line of the key (``units``: ``corpus.task_units``, the same
+    the other exports write, "" where unknown; ``describer``: a ``corpus.describe.Describer``
+    of the corpus, or ``None`` for a corpus built with user forms modules: no
+    ``scenario.txt``, and null ``description`` and ``scenario_text``)."""
     stamps = [stamp.isoformat() for stamp in task.timestamps()]
     past, future = stamps[: task.context_length], stamps[task.context_length :]
     targets = list(dummy_ids("target", 1))
@@ -118,9 +119,9 @@ def _write_task(task, folder: Path, describer=None) -> dict[str, Any]:
     for name, text in files.items():
         with open(folder / name, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
-    variables = {targets[0]: {"name": task.target, "unit": task.units.get(task.target)}}
+    variables = {targets[0]: {"name": task.target, "unit": units[task.target]}}
     for dummy, name in zip(covariates, task.covariates, strict=True):
-        variables[dummy] = {"name": name, "unit": task.units.get(name)}
+        variables[dummy] = {"name": name, "unit": units[name]}
     return {
         "task_id": task.task_id,
         "folder": f"{TASKS}/{folder.name}",
@@ -142,9 +143,10 @@ def write(corpus, tasks, folder, progress: bool = True) -> dict[str, Any]:
     folder = Path(folder)
     ids = list(tasks["task_id"])
     names = [task_folder_name(position) for position in range(len(ids))]
-    from whatif_bench.corpus import export_describer
+    from whatif_bench.corpus import covariate_units, export_describer, task_units
 
     describer = export_describer(corpus)
+    by_target = covariate_units(corpus.attrs)
     (folder / TASKS).mkdir()
     iterator: Iterable[tuple[str, str]] = zip(ids, names, strict=True)
     if progress:
@@ -153,7 +155,8 @@ def write(corpus, tasks, folder, progress: bool = True) -> dict[str, Any]:
         iterator = tqdm(iterator, total=len(ids), desc="llm export", unit="task")
     with open(folder / KEY, "w", encoding="utf-8", newline="\n") as key:
         for task_id, name in iterator:
-            line = _write_task(corpus[task_id], folder / TASKS / name, describer)
+            task = corpus[task_id]
+            line = _write_task(task, folder / TASKS / name, task_units(task, by_target), describer)
             key.write(json.dumps(line, sort_keys=True, allow_nan=False) + "\n")
     return {
         "format": "llm",

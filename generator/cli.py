@@ -7,9 +7,9 @@ import json
 import sys
 
 from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
+from whatif_bench.cli_lists import add_list_option
 from whatif_bench.cli_types import seed_int
 from whatif_bench.errors import WhatIfError
-from whatif_bench.workers import default_jobs
 
 
 def add_arguments(subparsers) -> None:
@@ -25,43 +25,43 @@ def add_arguments(subparsers) -> None:
         help="corpus file to write; an existing corpus there is replaced only once the new one "
         "is complete (default: whatif-corpus.h5)",
     )
-    generate.add_argument(
+    add_list_option(
+        generate,
         "--simulators",
-        nargs="+",
-        default=[],
+        "--simulator",
         metavar="SIM",
         help="only these simulators (default: all with baselines)",
     )
-    generate.add_argument(
+    add_list_option(
+        generate,
         "--targets",
-        nargs="+",
-        default=[],
+        "--target",
         metavar="TARGET",
         help="targets as NAME or SIMULATOR/NAME (default: all with baselines)",
     )
     generate.add_argument(
         "--seed", type=seed_int, default=0, help="master seed, 0 to 2**63 - 1 (default: 0)"
     )
-    generate.add_argument(
+    add_list_option(
+        generate,
         "--spec",
-        action="append",
-        default=[],
+        "--specs",
+        files=True,
         metavar="FILE",
-        help="user spec file loaded after the shipped ones: adds targets, or replaces those it "
-        "marks overrides = true; its text is recorded in the corpus (repeatable; default: none)",
+        help="user spec files loaded after the shipped ones: each adds targets, or replaces those "
+        "it marks overrides = true; their text is recorded in the corpus (default: none)",
     )
-    generate.add_argument(
+    add_list_option(
+        generate,
         "--futures",
-        default="replay,novel",
-        metavar="LIST",
-        help="comma-separated future types of every history: replay and novel (always), and "
-        "optionally restraint (no covariate moves; truth: the counterfactual; nothing stored, "
-        "not checked by the 10 %% rule) (default: %(default)s, the benchmark)",
+        default=["replay", "novel"],
+        metavar="FUTURE",
+        help="future types of every history: replay and novel (always), and optionally "
+        "restraint (no covariate moves; truth: the counterfactual; nothing stored, not checked "
+        "by the 10 %% rule) (default: replay novel, the benchmark)",
     )
     add_forms_argument(generate, "its hash is recorded in the corpus")
-    add_cluster_arguments(
-        generate, jobs_help=f"worker processes, >= 1 (default: all {default_jobs()} cores)"
-    )
+    add_cluster_arguments(generate, jobs_help="worker processes")
     generate.set_defaults(handler=_generate)
 
     info = subparsers.add_parser("info", help="counts by simulator, future and axis; pass rate")
@@ -111,13 +111,13 @@ def add_arguments(subparsers) -> None:
 
 
 def add_forms_argument(parser: argparse.ArgumentParser, note: str) -> None:
-    """``--forms PY`` (repeatable), as ``whatif relationships check`` takes it."""
-    parser.add_argument(
+    """``--forms PY ...``, as ``whatif relationships check`` takes it."""
+    add_list_option(
+        parser,
         "--forms",
-        action="append",
-        default=[],
+        files=True,
         metavar="PY",
-        help=f"Python file that registers user forms (executed; {note}; repeatable; default: none)",
+        help=f"Python files that register user forms (executed; {note}) (default: none)",
     )
 
 
@@ -142,7 +142,7 @@ def _generate(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         specs=tuple(args.spec),
         forms=tuple(args.forms),
-        futures=tuple(item.strip() for item in args.futures.split(",")),
+        futures=tuple(args.futures),
     )
     started = time.perf_counter()
     path = generate(config, progress=True, cluster=cluster_from_args(args))
@@ -204,6 +204,14 @@ def _show(args: argparse.Namespace) -> int:
         if args.describe:
             return _describe(args, corpus, registry, task)
         recipe = task.recipe
+        relationship = registry.get(task.simulator, task.target)
+        # the units every export writes (corpus.task_units), from the corpus's own registry
+        units = {info.name: info.unit for info in relationship.covariates}
+        target_unit = task.units.get(task.target) or ""
+
+        def with_unit(value: float, unit: str) -> str:
+            return f"{value:.6g} {unit}".rstrip()
+
         print(f"{task.task_id}")
         print(
             f"  context {task.context_length} steps, prediction {task.prediction_length} steps "
@@ -213,7 +221,7 @@ def _show(args: argparse.Namespace) -> int:
         print(
             f"  covariates (K={task.k}): "
             + ", ".join(
-                f"{c} ({shape}, base {base:g})"
+                f"{c} ({shape}, base {with_unit(base, units.get(c, ''))})"
                 for c, shape, base in zip(
                     task.covariates, recipe["shapes"], recipe["base_values"], strict=True
                 )
@@ -235,8 +243,10 @@ def _show(args: argparse.Namespace) -> int:
             + (f" (copied from event {recipe['replay_source']})" if task.future == "replay" else "")
         )
         print(
-            f"  history target mean {task.history_target.mean():.6g}; future target mean "
-            f"{task.future_target.mean():.6g} vs counterfactual {task.counterfactual_future.mean():.6g}"
+            f"  target {task.target} [{target_unit or 'unit unknown'}]: history mean "
+            f"{with_unit(task.history_target.mean(), target_unit)}; future mean "
+            f"{with_unit(task.future_target.mean(), target_unit)} vs counterfactual "
+            f"{with_unit(task.counterfactual_future.mean(), target_unit)}"
         )
         if args.plot:
             from whatif_bench.generator.plotting import plot_task
@@ -244,8 +254,6 @@ def _show(args: argparse.Namespace) -> int:
             other = "novel" if task.future == "replay" else "replay"
             pair_id = task.task_id.rsplit("/", 1)[0]
             path = plot_path(args.plot, task.task_id)
-            relationship = registry.get(task.simulator, task.target)
-            units = {info.name: info.unit for info in relationship.covariates}
             # the pair's picture: Replay and Novel, and the counterfactual (Restraint's truth)
             shown = task if task.future != "restraint" else corpus[f"{pair_id}/replay"]
             written = plot_task(shown, corpus[f"{pair_id}/{other}"], path, [args.corpus], units)

@@ -228,16 +228,17 @@ def spec_work(
     baselines there is an error, or left out with ``skip_unsimulated`` (as ``generate`` leaves
     out OpenDC when no OpenDC run is at hand)."""
     from whatif_bench.corpus import draw_recipe
-    from whatif_bench.simulators.store import read_baselines
+    from whatif_bench.simulators.store import baselines_name, read_baselines
 
     if not (isinstance(sample, int | float) and not isinstance(sample, bool) and 0 < sample <= 1):
         raise DiagnosticsError(f"the sample must be a fraction in (0, 1], got {sample!r}")
     baselines = read_baselines(baselines_path)
+    named = baselines_name(baselines_path)  # "the shipped baselines" for the package's own
     if skip_unsimulated:
         relationships = [r for r in relationships if r.simulator in baselines]
         if not relationships:
             raise DiagnosticsError(
-                f"{baselines_path}: none of the targets' simulators has baselines here (it has "
+                f"{named}: none of the targets' simulators has baselines here (it has "
                 f"{sorted(baselines)})"
             )
     items: list[WorkItem] = []
@@ -246,12 +247,12 @@ def spec_work(
         item = baselines.get(relationship.simulator)
         if item is None:
             raise DiagnosticsError(
-                f"{baselines_path}: no baselines of simulator {relationship.simulator!r} (it has "
+                f"{named}: no baselines of simulator {relationship.simulator!r} (it has "
                 f"{sorted(baselines)}), so {name} has nothing to act on; give --baselines"
             )
         if relationship.target not in item.series:
             raise DiagnosticsError(
-                f"{baselines_path}: no baseline series {name}; a target must be one of the "
+                f"{named}: no baseline series {name}; a target must be one of the "
                 f"series its simulator records: {sorted(item.series)}"
             )
         series = item.series[relationship.target]

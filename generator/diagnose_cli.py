@@ -10,16 +10,16 @@ import argparse
 import json
 import sys
 
-from whatif_bench.cli_types import fraction, jobs_bound_help, jobs_int, seed_int
+from whatif_bench.cli_cluster import jobs_help_text, jobs_of
+from whatif_bench.cli_lists import add_list_option
+from whatif_bench.cli_types import fraction, jobs_int, seed_int
 
 
 def _output_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--target",
+    add_list_option(
+        parser,
         "--targets",
-        dest="targets",
-        nargs="+",
-        default=[],
+        "--target",
         metavar="TARGET",
         help="only these targets, as NAME or SIMULATOR/NAME (default: all)",
     )
@@ -49,16 +49,15 @@ def add_arguments(subparsers) -> None:
     parser.add_argument(
         "--jobs",
         type=jobs_int,
-        default=1,
-        help=f"worker processes, >= 1; 1 when --forms is given; {jobs_bound_help()} (default: 1)",
+        help=jobs_help_text("worker processes (1 when --forms is given)"),
     )
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--forms",
-        action="append",
-        default=[],
+        files=True,
         metavar="PY",
-        help="Python file that registers user forms (executed; needed for a corpus built with "
-        "--forms; must be unchanged; repeatable; default: none)",
+        help="Python files that register user forms (executed; needed for a corpus built with "
+        "--forms; must be unchanged) (default: none)",
     )
     parser.set_defaults(handler=_diagnose_corpus)
 
@@ -77,12 +76,12 @@ def add_relationships_arguments(sub) -> None:
         help="spec files loaded after the shipped ones; their targets are diagnosed "
         "(default: none, every shipped target whose simulator has baselines)",
     )
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--forms",
-        action="append",
-        default=[],
+        files=True,
         metavar="PY",
-        help="Python file that registers user forms (executed; repeatable; default: none)",
+        help="Python files that register user forms (executed) (default: none)",
     )
     parser.add_argument(
         "--baselines",
@@ -128,7 +127,7 @@ def _diagnose_corpus(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_folder(args.out, [args.file])  # before the work
     report = diagnose_corpus(
-        args.file, args.targets, jobs=args.jobs, progress=True, forms=args.forms
+        args.file, args.targets, jobs=jobs_of(args), progress=True, forms=args.forms
     )
     return _report(report, args, [args.file])
 

@@ -11,7 +11,7 @@ from whatif_bench.generator.types import GenerationError
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.source import RegistrySource
 from whatif_bench.simulators.base import Baselines
-from whatif_bench.simulators.store import read_baselines
+from whatif_bench.simulators.store import SHIPPED_NAME, baselines_name, read_baselines
 
 
 def select_targets(
@@ -25,6 +25,7 @@ def select_targets(
     spec files plus the config's ``specs`` and ``forms``).
     """
     baselines = read_baselines(config.baselines)
+    named = baselines_name(config.baselines)  # errors say "the shipped baselines" for those
     registry = (source or config.registry_source()).load()
     for simulator in config.simulators:
         if simulator not in registry.simulators:
@@ -33,7 +34,7 @@ def select_targets(
             )
         if simulator not in baselines:
             raise GenerationError(
-                f"{config.baselines} has no baselines for {simulator!r} (it has {sorted(baselines)})"
+                f"{named} has no baselines for {simulator!r} (it has {sorted(baselines)})"
             )
     available = [
         rel
@@ -57,7 +58,7 @@ def select_targets(
     if not available:
         undeclared = sorted(set(baselines) - set(registry.simulators))
         hint = (
-            f"; no spec file declares {undeclared} of {config.baselines} (pass it with --spec)"
+            f"; no spec file declares {undeclared} of {named} (pass it with --spec)"
             if undeclared
             else ""
         )
@@ -69,15 +70,14 @@ def select_targets(
         item = baselines[rel.simulator]
         if rel.target not in item.series:
             raise GenerationError(
-                f"{config.baselines}: no baseline series for {rel.simulator}/{rel.target}"
+                f"{named}: no baseline series for {rel.simulator}/{rel.target}"
+                + _where_to_get(named, rel.simulator)
             )
-        _check_fits_float32(config.baselines, rel.simulator, rel.target, item.series[rel.target])
-        _check_matches_spec(config.baselines, rel, item, registry.simulators[rel.simulator].source)
+        _check_fits_float32(named, rel.simulator, rel.target, item.series[rel.target])
+        _check_matches_spec(named, rel, item, registry.simulators[rel.simulator].source)
         selection.append((rel, item))
     for simulator in dict.fromkeys(rel.simulator for rel, _ in selection):
-        _check_long_enough(
-            config.baselines, baselines[simulator], registry.simulators[simulator].c4
-        )
+        _check_long_enough(named, baselines[simulator], registry.simulators[simulator].c4)
     return selection
 
 
@@ -90,6 +90,22 @@ def longest_window(c4: tuple[int, int]) -> int:
         for length in axis("ell").values
         for setting in axis("E").values
     )
+
+
+def _where_to_get(named: str, simulator: str) -> str:
+    """How to get a series the baselines lack: the shipped ones hold the shipped targets' only."""
+    from whatif_bench.simulators.catalog import SIMULATORS
+
+    if named != SHIPPED_NAME:
+        return ""
+    entry = SIMULATORS.get(simulator)
+    extra = (
+        f"; `whatif simulate --simulator {simulator} --extra-series --out FILE.h5` records "
+        f"{entry.extra_series}, then pass --baselines FILE.h5"
+        if entry is not None and entry.extra_series
+        else "; give --baselines a file that records it (docs/BASELINES_FORMAT.md)"
+    )
+    return f" (they hold the shipped targets' series only){extra}"
 
 
 def _check_long_enough(source, baselines: Baselines, c4: tuple[int, int]) -> None:

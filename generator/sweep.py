@@ -173,6 +173,10 @@ def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> P
 def _run(selection, source: RegistrySource, seed: int, pool, progress: bool):
     from tqdm import tqdm
 
+    from whatif_bench.jit_cache import announce_first_compilation
+    from whatif_bench.relationships import kernels
+
+    announce_first_compilation("relationship kernels", kernels, enabled=progress)
     calls = (
         (portable(rel, source), baseline.series[rel.target], seed) for rel, baseline in selection
     )

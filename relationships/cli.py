@@ -7,6 +7,7 @@ import json
 import math
 import sys
 
+from whatif_bench.cli_lists import add_list_option
 from whatif_bench.cli_types import (
     MAX_WAIT_S,
     integer_text,
@@ -23,19 +24,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._SubParsersAction
     sub = parser.add_subparsers(dest="action", required=True)
 
     def with_specs(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
+        add_list_option(
+            p,
             "--spec",
-            action="append",
-            default=[],
+            "--specs",
+            files=True,
             metavar="FILE",
-            help="extra spec file to load after the shipped ones (repeatable; default: none)",
+            help="extra spec files to load after the shipped ones (default: none)",
         )
-        p.add_argument(
+        add_list_option(
+            p,
             "--forms",
-            action="append",
-            default=[],
+            files=True,
             metavar="PY",
-            help="Python file that registers user forms (executed; repeatable; default: none)",
+            help="Python files that register user forms (executed) (default: none)",
         )
 
     listing = sub.add_parser("list", help="list targets and their covariates")
@@ -49,14 +51,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._SubParsersAction
     evaluate = sub.add_parser("eval", help="evaluate one target under constant factors")
     evaluate.add_argument("--simulator", required=True, help="simulator of the target (required)")
     evaluate.add_argument("--target", required=True, help="target name (required)")
-    evaluate.add_argument("--y", required=True, help="comma-separated baseline values (required)")
-    evaluate.add_argument(
+    add_list_option(
+        evaluate,
+        "--y",
+        split_later=True,  # numbers: read, with their own errors, by _parse_numbers
+        required=True,
+        metavar="Y",
+        help="baseline values (required)",
+    )
+    add_list_option(
+        evaluate,
         "--factor",
-        action="append",
-        default=[],
+        "--factors",
+        files=True,  # an item is COV=F1,F2,...: its commas are its own
         metavar="COV=F1,F2,...",
-        help="factors of one covariate, read in step with the other --factor lists (repeatable; "
-        "default: none, every covariate at 1)",
+        help="factors of each covariate, read in step with the other covariates' lists "
+        "(default: none, every covariate at 1)",
     )
     evaluate.add_argument(
         "--k", type=integer_text, help="number of covariates K (default: last one named)"
@@ -73,12 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._SubParsersAction
     check.add_argument(
         "files", nargs="*", metavar="FILE", help="spec files to check (default: the shipped ones)"
     )
-    check.add_argument(
+    add_list_option(
+        check,
         "--forms",
-        action="append",
-        default=[],
+        files=True,
         metavar="PY",
-        help="Python file that registers user forms (executed; repeatable; default: none)",
+        help="Python files that register user forms (executed) (default: none)",
     )
     check.add_argument(
         "--timeout",
@@ -172,7 +182,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     registry = _load(args)
     relationship = registry.get(args.simulator, args.target)
-    y = np.array(_parse_numbers(args.y, "--y"))
+    y = np.array(_parse_numbers(",".join(args.y), "--y"))
     factor_lists: dict[str, list[float]] = {}
     for item in args.factor:
         name, sep, values = item.partition("=")

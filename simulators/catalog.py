@@ -39,7 +39,13 @@ SIMULATORS: dict[str, SimulatorEntry] = {
             "EPANET Net1",
             extra_series="chlorine_<node> [mg/L] at every junction and the tank",
         ),
-        SimulatorEntry("sumo", "whatif_bench.simulators.sumo", 30, "SUMO intersection"),
+        SimulatorEntry(
+            "sumo",
+            "whatif_bench.simulators.sumo",
+            30,
+            "SUMO intersection",
+            extra_series="occupancy_loop_e_0_far [%] and speed_loop_e_0_far [m/s], the far loop",
+        ),
     )
 }
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from whatif_bench.cli_lists import add_list_option
 from whatif_bench.cli_types import MAX_DAYS, days_float
 from whatif_bench.errors import WhatIfError
 
@@ -57,8 +58,9 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--extra-series",
         action="store_true",
-        help="also record series no shipped target uses, for authoring new targets "
-        "(EPANET: chlorine_<node> [mg/L]; other simulators have none and refuse) (default: off)",
+        help="also record series no shipped target uses, for authoring new targets (EPANET: "
+        "chlorine_<node> [mg/L]; SUMO: the far loop's occupancy [%%] and speed [m/s]; the "
+        "others have none and refuse) (default: off)",
     )
     parser.add_argument(
         "--container",
@@ -285,17 +287,22 @@ def add_worlds_arguments(parser: argparse.ArgumentParser) -> None:
     build = sub.add_parser(
         "build", help="run training worlds into the cache (each only once unless --rebuild)"
     )
-    build.add_argument(
+    add_list_option(
+        build,
+        "--simulators",
         "--simulator",
-        action="append",
-        choices=sims,
-        help="only this simulator's worlds; repeat for several (default: every simulator)",
+        dest="simulator",
+        allowed=sims,
+        metavar="SIM",
+        help=f"only these simulators' worlds, of {', '.join(sims)} (default: every simulator)",
     )
-    build.add_argument(
+    add_list_option(
+        build,
+        "--worlds",
         "--world",
-        action="append",
+        dest="world",
         metavar="NAME",
-        help="only this world (see 'whatif worlds list'); repeat for several (default: all)",
+        help="only these worlds (see 'whatif worlds list') (default: all)",
     )
     build.add_argument(
         "--cache",
@@ -347,7 +354,7 @@ def _worlds_build(args: argparse.Namespace) -> int:
         if args.simulator:
             worlds = [world for world in worlds if world.simulator in args.simulator]
     else:
-        worlds = training_worlds(args.simulator)
+        worlds = training_worlds(args.simulator or None)
     if not worlds:
         empty = [sim for sim in args.simulator or () if not TRAINING_WORLDS[sim]]
         raise WhatIfError(

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from whatif_bench.cli_lists import add_list_option
 from whatif_bench.cli_types import MAX_DAYS, days_float
 from whatif_bench.errors import WhatIfError
 
@@ -36,11 +37,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             choices=ENGINES,
             help="container engine (default: docker if its daemon answers, else podman)",
         )
-        command.add_argument(
+        add_list_option(
+            command,
+            "--images",
             "--image",
-            action="append",
-            choices=IMAGES,
-            help="only this image; repeatable (default: every image)",
+            dest="image",
+            allowed=IMAGES,
+            metavar="IMAGE",
+            help=f"only these images, of {', '.join(IMAGES)} (default: every image)",
         )
     build.add_argument(
         "--base",

@@ -349,3 +349,17 @@ def _read_simulator(path: Path, simulator: str, group: Any, verify: bool) -> Bas
 def shipped_baselines_path() -> Path:
     """The baselines shipped inside the package (EPANET, GridLAB-D and SUMO)."""
     return Path(str(resources.files("whatif_bench.simulators") / "data" / "baselines.h5"))
+
+
+SHIPPED_NAME = "the shipped baselines"
+
+
+def baselines_name(path: str | os.PathLike) -> str:
+    """``path`` as an error names it: "the shipped baselines" for the package's own file (its
+    path inside an install says nothing to a user), else the path as given."""
+    try:
+        if Path(path).resolve() == shipped_baselines_path().resolve():
+            return SHIPPED_NAME
+    except (OSError, RuntimeError):  # an unreadable or looping path: name it as given
+        pass
+    return str(path)

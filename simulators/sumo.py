@@ -98,6 +98,10 @@ TARGETS = (
     ),
     *(f"meanMaxJamLengthInMeters_{d}" for d in LANE_AREAS),
 )
+# What SUMO measures and no shipped target uses, returned by run(extra_series=True) for authors
+# adding targets (docs/AUTHORING.md): the far loop's occupancy and speed, from the same loop
+# output as its flow.
+EXTRA_SERIES = tuple(f"{f}_loop_e_0_far" for f in ("occupancy", "speed"))
 
 
 def binaries() -> tuple[str, str]:
@@ -265,8 +269,11 @@ def _carry_forward(values: np.ndarray, name: str) -> np.ndarray:
     return filled
 
 
-def parse_outputs(folder: Path, n_steps: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The 29 targets from SUMO's detector and emission outputs, on a regular 300 s grid."""
+def parse_outputs(
+    folder: Path, n_steps: int, extra_series: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The 29 targets from SUMO's detector and emission outputs, on a regular 300 s grid (each
+    ``(n_steps,)``), then ``EXTRA_SERIES`` when ``extra_series``."""
     series: dict[str, np.ndarray] = {}
     units: dict[str, str] = {}
 
@@ -305,7 +312,8 @@ def parse_outputs(folder: Path, n_steps: int) -> tuple[dict[str, np.ndarray], di
             elif field in ZERO_WHEN_EMPTY:
                 values = np.maximum(values, 0.0)
             series[name], units[name] = values, fields[field]
-    return {name: series[name] for name in TARGETS}, {name: units[name] for name in TARGETS}
+    names = (*TARGETS, *EXTRA_SERIES) if extra_series else TARGETS
+    return {name: series[name] for name in names}, {name: units[name] for name in names}
 
 
 def run(
@@ -314,12 +322,15 @@ def run(
     workdir: str | os.PathLike | None = None,
     seed: int = SEED,
     profile: Profile = DAILY_PROFILE,
+    extra_series: bool = False,
 ) -> Baselines:
     """Build the intersection, run SUMO for ``days`` and return the 29 targets at 300 s.
 
     ``seed`` is SUMO's random seed (the network is always built with ``SEED``) and ``profile``
     the daily demand, (start hour, end hour, veh/h of the whole intersection) periods; both
-    default to the benchmark's base setting.
+    default to the benchmark's base setting. ``extra_series`` also returns what SUMO measures
+    and no shipped target uses (``EXTRA_SERIES``: the far loop's occupancy in % and speed in
+    m/s), for authors adding targets (docs/AUTHORING.md). The run itself is the same either way.
     """
     import sumolib
 
@@ -394,7 +405,7 @@ def run(
             folder,
             "sumo",
         )
-        series, units = parse_outputs(folder, n_steps)
+        series, units = parse_outputs(folder, n_steps, extra_series)
         version = subprocess.run(
             [sumo, "--version"], capture_output=True, text=True
         ).stdout.splitlines()[0]

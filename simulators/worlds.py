@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -359,13 +360,31 @@ def run_world(
     )
 
 
+# Rough wall time of a world's run per simulated day on this two-core machine (the benchmark's
+# base runs: SUMO's month took about 2 min, OpenDC's about 25 s with the JVM's start, EPANET's
+# and GridLAB-D's a few seconds), for the note a build prints first. A loaded machine is slower.
+ROUGH_SECONDS_PER_DAY = {"sumo": 4.0, "opendc": 0.8, "gridlabd": 0.15, "epanet": 0.05}
+
+
+def build_note(setting: WorldSetting, days: float, path: Path) -> str:
+    """What a build says before it runs: the world, its simulator, how long, where it goes."""
+    rough = ROUGH_SECONDS_PER_DAY.get(setting.simulator, 1.0) * days
+    when = f"about {rough / 60:.0f} min" if rough >= 90 else f"about {max(1, round(rough))} s"
+    title = SIMULATORS[setting.simulator].title if setting.simulator in SIMULATORS else ""
+    return (
+        f"note: building training world {setting.name}: {title or setting.simulator}, "
+        f"{days:g} simulated days ({when} on two cores), once: it is kept in {path}"
+    )
+
+
 class WorldCache:
     """Training-world runs kept as baselines files in ``folder``, each built once.
 
     ``folder`` defaults to ``$WHATIF_WORLDS`` or ``~/.cache/whatif-bench/worlds`` (an empty
     path is refused, never taken for the current folder). A world is run by at most one process
     at a time (a lock beside its file; others wait for it) and its file appears only when
-    complete. ``runs`` counts the simulations this object ran.
+    complete. ``runs`` counts the simulations this object ran. Before each run it prints
+    ``build_note`` on the error stream (``announce=False``: nothing).
 
     Only this toolkit's baselines stores (``outputs.file_kind``: the HDF5 ``format``
     attribute) are read or replaced: anything else under a world's file name (a user's file, a
@@ -375,11 +394,12 @@ class WorldCache:
 
     poll_s = 0.2  # how often a waiting process looks at a world another process is building
 
-    def __init__(self, folder: str | os.PathLike | None = None) -> None:
+    def __init__(self, folder: str | os.PathLike | None = None, *, announce: bool = True) -> None:
         if folder is None:
             folder = os.environ.get(CACHE_ENV) or DEFAULT_CACHE.expanduser()
         self.folder = Path(refuse_empty(folder, "--cache", WorldError))
         self.runs = 0
+        self.announce = announce
 
     def path(self, setting: WorldSetting, days: float | None = None) -> Path:
         """The cache file of ``setting`` run for ``days`` (default: the benchmark's length)."""
@@ -418,6 +438,10 @@ class WorldCache:
                     return found
             from whatif_bench.simulators.store import write_baselines
 
+            if self.announce:
+                from tqdm import tqdm
+
+                tqdm.write(build_note(setting, days, path), file=sys.stderr)
             baselines = run_world(setting, days)
             self.runs += 1
             write_baselines(path, [baselines])

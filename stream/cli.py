@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
+from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args, jobs_of
+from whatif_bench.cli_lists import add_list_option
 from whatif_bench.cli_types import MAX_SHARD_SIZE, count_int, seed_int, shard_size_int
 
 
@@ -44,15 +45,17 @@ def add_arguments(subparsers) -> None:
         help=f"tasks per shard file, 1 to {MAX_SHARD_SIZE:,} (a shard is made whole in memory) "
         "(default: %(default)s)",
     )
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--simulators",
-        nargs="+",
+        "--simulator",
         metavar="SIM",
         help="only these simulators (default: every simulator with a training world)",
     )
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--worlds",
-        nargs="+",
+        "--world",
         metavar="NAME",
         help="only these training worlds, see 'whatif worlds list' (default: all)",
     )
@@ -65,9 +68,7 @@ def add_arguments(subparsers) -> None:
         "--cache",
         help=f"training-world cache folder (default: ${CACHE_ENV}, else {DEFAULT_CACHE})",
     )
-    add_cluster_arguments(
-        parser, jobs_help="worker processes making shards (default: all cores; output is the same)"
-    )
+    add_cluster_arguments(parser, jobs_help="worker processes making shards")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing --out (default: off)"
     )
@@ -78,7 +79,6 @@ def _stream(args: argparse.Namespace) -> int:
     from whatif_bench.outputs import refuse_empty
     from whatif_bench.stream.shards import write_shards
     from whatif_bench.stream.task_stream import TaskStream
-    from whatif_bench.workers import default_jobs
 
     if args.cache is not None:  # "" is not the default cache: it would be the current folder
         refuse_empty(args.cache, "--cache")
@@ -86,8 +86,8 @@ def _stream(args: argparse.Namespace) -> int:
     stream = TaskStream(
         args.seed,
         count=args.count,
-        simulators=args.simulators,
-        worlds=args.worlds,
+        simulators=args.simulators or None,
+        worlds=args.worlds or None,
         holdout=not args.include_benchmark,
         cache=args.cache,
     )
@@ -95,7 +95,7 @@ def _stream(args: argparse.Namespace) -> int:
         stream,
         args.out,
         shard_size=args.shard_size,
-        jobs=1 if cluster is not None else args.jobs or default_jobs(),
+        jobs=jobs_of(args),
         overwrite=args.overwrite,
         cluster=cluster,
         format=args.format,

@@ -124,9 +124,15 @@ def _write(
     from tqdm import tqdm
 
     from whatif_bench.corpus import registry_hash
+    from whatif_bench.jit_cache import announce_first_compilation
+    from whatif_bench.relationships import kernels
+    from whatif_bench.stream import _random
 
     sources = stream.world_sources()  # builds or reads the worlds once, before any worker
     stream.entries()
+    announce_first_compilation(
+        "stream and relationship kernels", _random, kernels, enabled=progress
+    )
 
     def fill(tmp: Path) -> dict[str, Any]:
         stats: dict[str, Any] = {"drawn": 0, "kept": 0, "rejected": {}}

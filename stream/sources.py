@@ -71,10 +71,18 @@ def training_sources(
         if unknown:
             raise SourceError(f"unknown training worlds {unknown}; known: {sorted(known)}")
         settings = [s for s in settings if s.name in wanted]
+    from tqdm import tqdm
+
     store = WorldCache(cache)
     sources: list[WorldSource] = []
     unavailable: dict[str, str] = {}
-    for setting in settings:
+    building = sum(not store.cached(setting) for setting in settings)
+    # a bar only when some world must be built (each build also says which, and how long)
+    bar = tqdm(
+        settings, desc="training worlds", unit="world", file=sys.stderr, disable=not building
+    )
+    for setting in bar:
+        bar.set_postfix_str(setting.name)
         try:
             baselines = store.get(setting)
         except SimulatorUnavailable as exc:

@@ -28,15 +28,15 @@ def extended():
 @pytest.mark.slow  # about 1 s
 def test_extending_a_simulator_adds_a_target_with_a_user_form(extended):
     assert len(extended) == 100
-    relationship = extended.get("sumo", "speed_loop_e_1_far")
+    relationship = extended.get("sumo", "speed_loop_e_0_far")
     assert relationship.form.name == "logistic_saturation"
     assert relationship.covariate_names[0] == "maxSpeed"
-    assert check_registry(extended, only=[("sumo", "speed_loop_e_1_far")]).ok
+    assert check_registry(extended, only=[("sumo", "speed_loop_e_0_far")]).ok
 
 
 @pytest.mark.slow  # about 1 s
 def test_user_form_kernel_equals_its_python_definition(extended, rng):
-    relationship = extended.get("sumo", "speed_loop_e_1_far")
+    relationship = extended.get("sumo", "speed_loop_e_0_far")
     y = rng.uniform(0, 20, 300)
     factors = np.exp(rng.uniform(np.log(0.01), np.log(20), (5, 300)))
     np.testing.assert_allclose(
@@ -112,7 +112,7 @@ def test_checker_flags_a_user_form_that_is_not_finite(tmp_path):
         EXTRA_TARGET.read_text()
         .replace("logistic_saturation", "blow_up")
         .replace("params = { gain = 0.4, rate = 1.5 }", "")
-        .replace("speed_loop_e_1_far", "blows_up")
+        .replace("speed_loop_e_0_far", "blows_up")
         .replace("saturating_speed", "saturating_speed_2")
     )
     result = run_whatif("relationships", "check", str(spec), "--forms", str(forms), "--json")
@@ -128,7 +128,7 @@ def test_cli_eval_uses_a_user_form():
         "--simulator",
         "sumo",
         "--target",
-        "speed_loop_e_1_far",
+        "speed_loop_e_0_far",
         "--forms",
         str(FORMS_FILE),
         "--spec",

@@ -334,8 +334,8 @@ def test_a_new_target_is_diagnosed_from_its_spec_before_generating(tmp_path):
     series = sumo.series["speed_loop_e_1_near"].copy()
     extra = dataclasses.replace(
         sumo,
-        series={**sumo.series, "speed_loop_e_1_far": series},
-        units={**sumo.units, "speed_loop_e_1_far": sumo.units["speed_loop_e_1_near"]},
+        series={**sumo.series, "speed_loop_e_0_far": series},
+        units={**sumo.units, "speed_loop_e_0_far": sumo.units["speed_loop_e_1_near"]},
     )
     baselines = write_baselines(tmp_path / "b.h5", [extra])
     result = run_cli(
@@ -355,7 +355,7 @@ def test_a_new_target_is_diagnosed_from_its_spec_before_generating(tmp_path):
     (target,) = printed["targets"]
     assert (target["simulator"], target["target"], target["form"]) == (
         "sumo",
-        "speed_loop_e_1_far",
+        "speed_loop_e_0_far",
         "logistic_saturation",
     )
     assert target["pairs"] == 20 and printed["source"]["kind"] == "spec"
@@ -426,7 +426,7 @@ BAD_INPUT = [
             "--forms",
             str(ROOT / "examples/custom_forms.py"),
         ],
-        "no baseline series sumo/speed_loop_e_1_far",
+        "no baseline series sumo/speed_loop_e_0_far",
         1,
     ),
     (["relationships", "diagnose", "--sample", "0"], "must be a fraction in (0, 1]", 2),

@@ -63,6 +63,15 @@ def test_evaluate_scores_every_task_and_writes_reports(tmp_path, corpus_path):
     assert "| model |" in (out / "leaderboard.md").read_text()
 
 
+@pytest.mark.parametrize(("selected", "total", "warns"), [(1_608, 35_762, True), (760, 760, False)])
+def test_a_subset_that_is_not_every_task_says_its_leaderboard_is_its_own(selected, total, warns):
+    from whatif_bench.evaluation.runner import subset_words
+
+    words = subset_words(0.02, selected, total)
+    assert words.startswith(f"--subset 0.02 selects {selected:,} of {total:,} tasks (")
+    assert ("not with the whole corpus's" in words) is warns
+
+
 @pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
 def test_the_naive_error_is_its_wql_at_the_median(tmp_path, corpus_path):
     said: list[str] = []
@@ -75,7 +84,14 @@ def test_the_naive_error_is_its_wql_at_the_median(tmp_path, corpus_path):
     assert said == [
         f"--subset 0.05 selects {len(result.per_task):,} of {total:,} tasks "
         f"({len(result.per_task) / total:.1%}): ceil(0.05 x size) of each stratum"
-    ]
+    ]  # every task: one per stratum here, so nothing to warn of
+    # the tasks' rows describe the tasks, not where the corpus stores them
+    from whatif_bench.corpus.fileformat import STORAGE_COLUMNS
+
+    assert not set(STORAGE_COLUMNS) & set(result.per_task.columns)
+    assert {"task_id", "simulator", "target", "future", "k", "c_label"} <= set(
+        result.per_task.columns
+    )
     assert result.notes == [] and len(result.per_task) > 0.05 * total  # 1 task per stratum here
     row = result.per_task.iloc[0]
     with Corpus(corpus_path) as corpus:

@@ -578,6 +578,8 @@ def test_ctrl_c_keeps_finished_chunks_and_says_how_to_resume(
     args = (
         "evaluate",
         str(corpus_path),
+        "--jobs",
+        "1",  # the chunks are scored in this process, where the patch is
         "--models",
         "naive",
         "--subset",

@@ -6,6 +6,7 @@ import math
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -17,6 +18,8 @@ from whatif_bench.generator.selection import longest_window
 from whatif_bench.relationships import load_registry
 from whatif_bench.simulators import read_baselines, shipped_baselines_path, write_baselines
 from whatif_bench.simulators.base import Baselines
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def start_and_wait_for_partial(out, jobs="1", stderr=subprocess.DEVNULL):
@@ -91,6 +94,38 @@ def test_empty_selection(tmp_path):
         "opendc",
         message="has no baselines for 'opendc'",
     )
+
+
+def test_a_series_the_shipped_baselines_lack_is_named_with_where_to_get_it(tmp_path):
+    """A user's new target on the shipped baselines: the error names "the shipped baselines"
+    (never the install tree) and how to record the series."""
+    target = "sumo/speed_loop_e_0_far"
+    args = [
+        "--spec",
+        str(REPO / "examples" / "extra_sumo_target.toml"),
+        "--forms",
+        str(REPO / "examples" / "custom_forms.py"),
+    ]
+    result = run_cli("generate", "--out", str(tmp_path / "never.h5"), *args, "--targets", target)
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"error: the shipped baselines: no baseline series for {target}"
+    )
+    assert "whatif simulate --simulator sumo --extra-series" in result.stderr
+    assert "__editable__" not in result.stderr and "site-packages" not in result.stderr
+    assert str(shipped_baselines_path()) not in result.stderr
+    assert not (tmp_path / "never.h5").exists()
+
+
+def test_the_hint_names_extra_series_only_where_a_simulator_has_them():
+    from whatif_bench.generator.selection import _where_to_get
+    from whatif_bench.simulators.store import SHIPPED_NAME, baselines_name
+
+    assert "give --baselines a file that records it" in _where_to_get(SHIPPED_NAME, "gridlabd")
+    assert "--extra-series" in _where_to_get(SHIPPED_NAME, "epanet")
+    assert _where_to_get("mine.h5", "sumo") == ""  # the user's own file: nothing to add
+    assert baselines_name(shipped_baselines_path()) == SHIPPED_NAME
+    assert baselines_name("mine.h5") == "mine.h5"
 
 
 def test_unknown_simulator(tmp_path):

@@ -208,6 +208,8 @@ def test_a_misbehaving_model_fails_only_its_own_tasks(
     result = run_whatif_drawing_one_skill_plot(
         "evaluate",
         str(corpus),
+        "--jobs",
+        "1",  # one process: a hang's next batch in it is not called at all
         "--models",
         f"{models_file}:{cls},naive",
         "--model-timeout",
@@ -442,33 +444,6 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.slow  # about 1 s
-def test_ctrl_c_during_a_model_s_predict_stops_the_run_and_its_child(tmp_path, corpus, models_file):
-    out = tmp_path / "o"
-    command = [*whatif_executable(), "evaluate", str(corpus), "--models"]
-    command += [f"{models_file}:Hang,naive", "--out", str(out)]  # the default limit: 600 s
-    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        children: list[int] = []
-        while time.monotonic() < deadline and not children:
-            time.sleep(0.2)
-            children = _children(run.pid)  # the forked child running Hang.predict
-        assert children, "predict never started in a child process"
-        run.send_signal(signal.SIGINT)
-        _, err = run.communicate(timeout=30)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-    assert run.returncode == 130, err
-    assert "interrupted; finished chunks were kept in" in err
-    assert "Traceback" not in err
-    time.sleep(0.5)
-    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
-
-
 HANGS_IN_WORKER = """\
 import time
 from pathlib import Path
@@ -482,6 +457,38 @@ class HangsHere:
         while True:
             time.sleep(0.05)
 """
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.slow  # about 1 s
+def test_ctrl_c_during_a_model_s_predict_stops_the_run_and_its_child(tmp_path, corpus):
+    # one process (--jobs 1): predict runs in a child forked by the run itself; the marker says
+    # predict has started (a child seen before it may be the one that loads the model)
+    marker = tmp_path / "started"
+    models = tmp_path / "hangs.py"
+    models.write_text(HANGS_IN_WORKER.format(marker=str(marker)))
+    out = tmp_path / "o"
+    command = [*whatif_executable(), "evaluate", str(corpus), "--jobs", "1", "--models"]
+    command += [f"{models}:HangsHere,naive", "--out", str(out)]  # the default limit: 600 s
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not marker.exists():
+            time.sleep(0.2)
+        assert marker.exists(), "predict never started"
+        children = _children(run.pid)  # the forked child running HangsHere.predict
+        assert children, "predict did not run in a child process"
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 130, err
+    assert "interrupted; finished chunks were kept in" in err
+    assert "Traceback" not in err
+    time.sleep(0.5)
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
 
 
 @pytest.mark.slow  # about 2 s

@@ -58,3 +58,21 @@ def test_speeds_are_physical(one_day):
     for name, values in one_day.series.items():
         if "peed" in name:
             assert values.min() >= 0 and values.max() < 25, name
+
+
+@pytest.mark.slow  # about 5 s: a day of SUMO of its own
+def test_extra_series_are_the_far_loops_measures_from_the_same_run(one_day, registry):
+    """``extra_series=True`` adds what SUMO measured at the far loop beyond its flow, and
+    changes nothing else: the 29 targets are the bits of a run without it."""
+    extra = sumo.run(days=1, extra_series=True)
+    assert set(extra.series) == set(one_day.series) | set(sumo.EXTRA_SERIES)
+    assert not set(sumo.EXTRA_SERIES) & {r.target for r in registry.relationships("sumo")}
+    for name, values in one_day.series.items():
+        np.testing.assert_array_equal(extra.series[name], values, err_msg=name)
+    assert extra.units["speed_loop_e_0_far"] == "m/s"
+    assert extra.units["occupancy_loop_e_0_far"] == "%"
+    speed = extra.series["speed_loop_e_0_far"]
+    assert np.isfinite(speed).all() and 0 < speed.min() and speed.max() < 25  # as the others
+    assert speed.std() > 0
+    occupancy = extra.series["occupancy_loop_e_0_far"]
+    assert 0 <= occupancy.min() and occupancy.max() <= 100 and occupancy.std() > 0

@@ -432,8 +432,8 @@ def test_a_store_is_never_written_under_a_table_name(tmp_path, net3_csv, suffix)
 
 def test_extra_series_are_refused_for_a_simulator_without_them(tmp_path):
     result = run_cli(
-        "simulate", "--simulator", "sumo", "--extra-series", "--out", str(tmp_path / "b.h5")
+        "simulate", "--simulator", "gridlabd", "--extra-series", "--out", str(tmp_path / "b.h5")
     )
     assert result.returncode == 1
-    assert "--extra-series: sumo records no extra series" in result.stderr
+    assert "--extra-series: gridlabd records no extra series" in result.stderr
     assert not (tmp_path / "b.h5").exists()

@@ -43,7 +43,7 @@ form = "logistic_saturation"
 params = { gain = 0.3, rate = 2.0 }
 rationale = "The near loop's speed saturates too."
 """
-TARGETS = ("sumo/speed_loop_e_1_near", "sumo/speed_loop_e_1_far")
+TARGETS = ("sumo/speed_loop_e_1_near", "sumo/speed_loop_e_0_far")
 
 
 def clean_failure(result, message: str) -> None:
@@ -60,8 +60,8 @@ def inputs(tmp_path_factory):
     sumo = read_baselines(shipped_baselines_path())["sumo"]
     extra = dataclasses.replace(
         sumo,
-        series={**sumo.series, "speed_loop_e_1_far": sumo.series["speed_loop_e_1_near"] * 0.9},
-        units={**sumo.units, "speed_loop_e_1_far": "m/s"},
+        series={**sumo.series, "speed_loop_e_0_far": sumo.series["speed_loop_e_1_near"] * 0.9},
+        units={**sumo.units, "speed_loop_e_0_far": "m/s"},
     )
     baselines = write_baselines(folder / "b.h5", [extra])
     override = folder / "override.toml"
@@ -116,7 +116,7 @@ def test_a_user_corpus_records_exactly_what_it_used(corpus, inputs):
         {"path": str(inputs["forms"].resolve()), "sha256": hashlib.sha256(forms_bytes).hexdigest()}
     ]
     assert registry_hash == expected.registry_hash() != RegistrySource().registry_hash()
-    assert targets == ["speed_loop_e_1_far", "speed_loop_e_1_near"]
+    assert targets == ["speed_loop_e_0_far", "speed_loop_e_1_near"]
 
 
 def test_the_override_replaces_the_shipped_target_in_place(inputs):
@@ -126,7 +126,7 @@ def test_the_override_replaces_the_shipped_target_in_place(inputs):
     registry = source.load()
     names = [(r.simulator, r.target) for r in registry]
     assert names[: len(shipped)] == [(r.simulator, r.target) for r in shipped]
-    assert names[len(shipped) :] == [("sumo", "speed_loop_e_1_far")]
+    assert names[len(shipped) :] == [("sumo", "speed_loop_e_0_far")]
     near = registry.get("sumo", "speed_loop_e_1_near")
     assert near.form.name == "logistic_saturation"
     assert shipped.get("sumo", "speed_loop_e_1_near").form.name != "logistic_saturation"
@@ -165,7 +165,7 @@ def test_verify_and_show_refuse_without_the_forms_or_with_changed_ones(corpus, i
         run_whatif("verify", str(corpus), "--forms", str(changed)),
         "the module changed since",
     )
-    task = "sumo/speed_loop_e_1_far/K1-C1-L16-E1/replay"
+    task = "sumo/speed_loop_e_0_far/K1-C1-L16-E1/replay"
     clean_failure(run_whatif("show", task, "--corpus", str(corpus)), "pass them with --forms")
     clean_failure(
         run_whatif("show", task, "--corpus", str(corpus), "--forms", str(changed)),
@@ -178,7 +178,7 @@ def test_show_and_evaluate_read_a_user_corpus(corpus, inputs, tmp_path):
     from whatif_bench.generator import Corpus
 
     with Corpus(corpus) as opened:
-        task_id = next(t for t in opened.task_ids() if "speed_loop_e_1_far" in t)
+        task_id = next(t for t in opened.task_ids() if "speed_loop_e_0_far" in t)
     png = tmp_path / "task.png"
     shown = run_whatif(
         "show", task_id, "--corpus", str(corpus), "--forms", str(FORMS), "--plot", str(png)
@@ -198,7 +198,7 @@ def test_show_and_evaluate_read_a_user_corpus(corpus, inputs, tmp_path):
     )
     assert scored.returncode == 0, scored.stderr
     per_task = pd.read_parquet(out / "per_task.parquet")
-    assert set(per_task["target"]) == {"speed_loop_e_1_near", "speed_loop_e_1_far"}
+    assert set(per_task["target"]) == {"speed_loop_e_1_near", "speed_loop_e_0_far"}
     assert (per_task["failed"] == "").all() and np.isfinite(per_task["wql"]).all()
     board = pd.read_csv(out / "leaderboard.csv")
     assert sorted(board["model"]) == ["linear", "naive"]
@@ -212,7 +212,7 @@ def test_a_user_corpus_is_described_given_its_forms_and_exports_null_description
     from whatif_bench.generator import Corpus
 
     with Corpus(corpus) as opened:
-        task_id = next(t for t in opened.task_ids() if "speed_loop_e_1_far" in t)
+        task_id = next(t for t in opened.task_ids() if "speed_loop_e_0_far" in t)
     described = run_whatif(
         "show", task_id, "--corpus", str(corpus), "--forms", str(FORMS), "--describe"
     )

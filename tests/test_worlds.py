@@ -372,3 +372,31 @@ def test_cli_help_states_every_default():
     for option in ("--simulator", "--world", "--cache", "--days", "--rebuild"):
         assert option in text
     assert text.count("default") >= 5
+
+
+def test_a_build_says_which_world_what_runs_it_how_long_and_where(tmp_path, capsys):
+    from whatif_bench.simulators.worlds import WorldCache, build_note
+
+    world = TRAINING_WORLDS["epanet"][0]
+    cache = WorldCache(tmp_path / "worlds")
+    cache.get(world, days=1)
+    note = capsys.readouterr().err
+    path = cache.path(world, 1)
+    assert note == build_note(world, 1, path) + "\n"
+    assert note.startswith(f"note: building training world {world.name}: EPANET Net1, 1 ")
+    assert "about 1 s on two cores" in note and str(path) in note
+    cache.get(world, days=1)  # cached: nothing to say
+    assert capsys.readouterr().err == ""
+    WorldCache(tmp_path / "quiet", announce=False).get(world, days=1)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("simulator", "days", "says"),
+    [("sumo", 30, "about 2 min"), ("epanet", 32, "about 2 s"), ("opendc", 30, "about 24 s")],
+)
+def test_the_rough_time_is_per_simulated_day(simulator, days, says, tmp_path):
+    from whatif_bench.simulators.worlds import build_note
+
+    world = TRAINING_WORLDS[simulator][0]
+    assert f"{says} on two cores" in build_note(world, days, tmp_path / "w.h5")

@@ -1,8 +1,13 @@
 """The options that say where ``generate``, ``evaluate`` and ``stream`` run: ``--jobs`` local
 processes, ``--dask-scheduler ADDRESS`` or ``--dask-local N`` (one of them), ``--dask-timeout``.
 
-add_cluster_arguments(parser, jobs_help="worker processes (default: 1)")
-cluster = cluster_from_args(args)  # a DaskCluster, or None for local processes (args.jobs)
+add_cluster_arguments(parser, jobs_help="worker processes")
+cluster = cluster_from_args(args)  # a DaskCluster, or None for local processes
+jobs = jobs_of(args)  # --jobs, or the one default of every command: all cores
+
+Every command's ``--jobs`` defaults to all the cores this process may use: each command's
+output is the same whatever the number of workers, so more only makes it sooner (a model that
+holds much memory is loaded in every worker: give ``--jobs 1`` for one process).
 """
 
 from __future__ import annotations
@@ -11,13 +16,30 @@ import argparse
 
 from whatif_bench.cli_types import MAX_WAIT_S, jobs_bound_help, jobs_int, seconds_float
 from whatif_bench.cluster import DEFAULT_CONNECT_TIMEOUT_S, DaskCluster
+from whatif_bench.workers import default_jobs
+
+
+def jobs_help_text(what: str) -> str:
+    """The help of a ``--jobs`` option: what the workers do, its bound, the one default."""
+    return (
+        f"{what}, >= 1; {jobs_bound_help()} (default: all {default_jobs()} cores; the output "
+        "is the same whatever the number)"
+    )
+
+
+def jobs_of(args: argparse.Namespace) -> int:
+    """``--jobs``, or the one default: all cores; 1 when a dask option gives the workers."""
+    if getattr(args, "dask_scheduler", None) or getattr(args, "dask_local", None):
+        return 1
+    return default_jobs() if args.jobs is None else args.jobs
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser, jobs_help: str) -> None:
-    """``--jobs`` (default None: the command's own default, named in ``jobs_help``), and the
-    dask options; argparse refuses any two of ``--jobs``, ``--dask-scheduler``, ``--dask-local``."""
+    """``--jobs`` (``jobs_help`` says what the workers do; default None, read with
+    ``jobs_of``: all cores), and the dask options; argparse refuses any two of ``--jobs``,
+    ``--dask-scheduler``, ``--dask-local``."""
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--jobs", type=jobs_int, help=f"{jobs_help}; {jobs_bound_help()}")
+    where.add_argument("--jobs", type=jobs_int, help=jobs_help_text(jobs_help))
     where.add_argument(
         "--dask-scheduler",
         metavar="ADDRESS",

@@ -11,7 +11,7 @@ add_list_option(parser, "--simulators", "--simulator", metavar="SIM", help="only
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 # the sentence every list option's help ends with (before its default)
@@ -21,15 +21,14 @@ FILES_FORM = "one or more; the option may repeat"
 
 class ListOption(argparse.Action):
     """``nargs="+"`` that extends the list on every use of the flag, splits names at commas
-    (``split_commas``), converts each item (``item_type``) and checks it (``allowed``) after the
-    split, so ``epanet,sumo`` is checked as two names."""
+    (``split_commas``) and checks each item (``allowed``) after the split, so ``epanet,sumo``
+    is checked as two names."""
 
     def __init__(
         self,
         option_strings: Sequence[str],
         dest: str,
         split_commas: bool = True,
-        item_type: Callable[[str], Any] | None = None,
         allowed: Iterable[str] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -37,7 +36,6 @@ class ListOption(argparse.Action):
         kwargs.setdefault("default", [])
         super().__init__(option_strings, dest, **kwargs)
         self.split_commas = split_commas
-        self.item_type = item_type
         self.allowed = None if allowed is None else tuple(allowed)
 
     def __call__(
@@ -62,11 +60,6 @@ class ListOption(argparse.Action):
                     parser.error(
                         f"argument {flag}: invalid choice: {item!r} (choose from {choices})"
                     )
-                if self.item_type is not None:
-                    try:
-                        item = self.item_type(item)
-                    except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
-                        parser.error(f"argument {flag}: {exc}")
                 items.append(item)
         setattr(namespace, self.dest, items)
 
@@ -79,7 +72,6 @@ def add_list_option(
     files: bool = False,
     default: Sequence[Any] = (),
     allowed: Iterable[str] | None = None,
-    item_type: Callable[[str], Any] | None = None,
     dest: str | None = None,
     required: bool = False,
     split_later: bool = False,
@@ -98,7 +90,6 @@ def add_list_option(
         *flags,
         action=ListOption,
         split_commas=not (files or split_later),
-        item_type=item_type,
         allowed=allowed,
         default=None if required else list(default),
         metavar=metavar,

@@ -67,6 +67,7 @@ def test_the_driver_builds_against_the_shared_repository_alone(tmp_path):
         toolchain, MAVEN_REPO, cache=tmp_path / "cache", local_repository=local, say=lambda _: None
     )
     assert jar.is_file() and jar.parent.name == library.driver_hash()[:16]
+    assert library.build_repository(jar) == library.maven_repository(str(MAVEN_REPO))
     origins = sorted((local / "org" / "opendc").rglob("_remote.repositories"))
     modules = {path.parent.parent.name for path in origins}
     assert {
@@ -102,15 +103,19 @@ def test_the_jar_is_built_once_and_reused(jvm, tmp_path):
     assert again == jar and said == []
 
 
-def test_two_days_give_the_22_targets_with_units(two_days, registry):
+def test_two_days_give_the_22_targets_with_units(two_days, registry, jvm):
+    _, jvm_jar = jvm
     assert two_days.n_steps == 576 and two_days.interval_s == 300
     assert set(two_days.series) == {r.target for r in registry.relationships("opendc")}
     assert two_days.start == "2013-08-12T13:35:46+00:00"
     assert two_days.units["power_draw_host-0"] == "W"
     assert two_days.units["cpu_time_idle_1019"] == "ms"
+    # The repository the cached jar was built with, which need not be this run's --maven-repo:
+    # the cache is per machine, and CI's clone may see the shared repository at another path.
+    built_with = library.build_repository(jvm_jar)
+    assert built_with.startswith("file://") and built_with.endswith("/opendc-maven")
     assert two_days.simulator_version.startswith(
-        "OpenDC 2.0 libraries (org.opendc:*:2.0 from Maven Central and "
-        f"{library.maven_repository(str(MAVEN_REPO))})"
+        f"OpenDC 2.0 libraries (org.opendc:*:2.0 from Maven Central and {built_with})"
     )
     assert library.driver_hash()[:12] in two_days.simulator_version
     spec = {c.name: c.base_value for c in registry.simulators["opendc"].covariates}

@@ -4,7 +4,7 @@
 benchmark never uses); ``whatif stream`` writes a counted stream as Parquet or HDF5 shards
 (docs/STREAM_FORMAT.md). With the ``train`` extra, ``StreamDataset``/``CorpusDataset`` and
 ``collate_tasks`` feed PyTorch, and ``ForecastEnv`` (``whatif/Forecast-v0``) is a one-step
-Gymnasium environment. See README, "Training forecasters".
+Gymnasium environment. See docs/TRAINING.md.
 """
 
 from typing import TYPE_CHECKING

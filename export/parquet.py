@@ -28,7 +28,8 @@ from whatif_bench.corpus.columns import COMPRESSION, COMPRESSION_LEVEL, schema, 
 ROWS_PER_FILE = 8192  # a new file every this many rows (a few hundred MB at most)
 SPLIT = "test"  # the one split: the card's configs and splits, and CARD_EXAMPLE
 
-# Where each simulator's baseline comes from (see docs/SIMULATORS.md); the licences are those of the simulators and inputs, as published upstream.
+# Where each simulator's baseline comes from (see docs/SIMULATORS.md); the licences are those of
+# the simulators and inputs, as published upstream.
 SOURCES = {
     "epanet": (
         "EPANET 2.2 through `wntr` 1.5 on the stock Net1 network shipped with wntr; 32 days at "

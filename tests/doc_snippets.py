@@ -17,6 +17,8 @@ Its directives, separated by ``;``:
 - ``env export``: run in ``.venv-export`` (pandas 2: GluonTS, TabPFN-TS) instead of the
   suite's own environment.
 - ``llm-server``: a local OpenAI-compatible server answers on ``$WHATIF_TEST_LLM_URL``.
+- ``continues``: a ``python`` block that goes on from the page's previous ``python`` block
+  (its names): it runs as that block's code followed by its own.
 - ``not run: REASON``: shown, not run; the reason must say why (a cluster on other machines,
   the package index, a command that is itself the test suite).
 - ``run by: tests/FILE.py``: run by that test file, which must read this page.
@@ -37,7 +39,7 @@ PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 RUNNABLE = ("bash", "python")
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<language>[\w+-]*)[ \t]*$")
 DIRECTIVE = re.compile(r"^\s*<!--\s*snippet:\s*(?P<body>.*?)\s*-->\s*$")
-KNOWN = ("small-corpus", "replace", "env", "llm-server", "not run", "run by")
+KNOWN = ("small-corpus", "replace", "env", "llm-server", "continues", "not run", "run by")
 
 
 class DirectiveError(ValueError):

@@ -105,7 +105,7 @@ def test_directives_and_replacements_are_read_from_the_comment_above(tmp_path):
     assert first.has("small-corpus") and first.has("env") and not first.has("not run")
     assert first.code_to_run() == "whatif stream --count 5  # comment\n"
     assert second.language == "json" and not second.runnable and second.directives == ()
-    assert set(KNOWN) >= {"small-corpus", "replace", "env", "not run", "run by"}
+    assert set(KNOWN) >= {"small-corpus", "replace", "env", "continues", "not run", "run by"}
 
 
 # ---- running the pages (slow: real generate, evaluate, export, stream) ---------------------
@@ -171,9 +171,12 @@ def scratch_folder(folder: Path) -> Path:
     return folder
 
 
-def run_snippet(snippet: Snippet, folder: Path, small_corpus: Path, server_url: str) -> None:
-    """Run one block in ``folder``; fail with its place, code and stderr if it fails."""
-    code = snippet.code_to_run()
+def run_snippet(
+    snippet: Snippet, folder: Path, small_corpus: Path, server_url: str, before: str = ""
+) -> None:
+    """Run one block in ``folder`` (after ``before``, the code of the block it continues); fail
+    with its place, code and stderr if it fails."""
+    code = before + snippet.code_to_run()
     prefix = Path(sys.prefix)
     if snippet.has("env"):
         if not (EXPORT_ENV / "bin" / "python").is_file():
@@ -208,10 +211,19 @@ def run_snippet(snippet: Snippet, folder: Path, small_corpus: Path, server_url: 
 def run_page(page: Path, tmp_path: Path, small_corpus: Path, server_url: str) -> None:
     folder = scratch_folder(tmp_path / "page")
     ran = 0
+    python_so_far = ""  # the code of the page's last python block, and of those it continues
     for snippet in page_snippets(page):
         if not snippet.runnable or snippet.has("not run") or snippet.has("run by"):
             continue
-        run_snippet(snippet, folder, small_corpus, server_url)
+        before = ""
+        if snippet.has("continues"):
+            assert snippet.language == "python" and python_so_far, (
+                f"{snippet.where}: 'continues' needs a python block before it on the page"
+            )
+            before = python_so_far
+        run_snippet(snippet, folder, small_corpus, server_url, before)
+        if snippet.language == "python":
+            python_so_far = before + snippet.code_to_run()
         ran += 1
     assert ran, f"{page.name} has no block to run"
 

@@ -427,9 +427,9 @@ def test_the_export_cards_torch_example_runs_in_the_export_folder(
     assert_same_batch(batch, want)
 
 
-def test_the_readmes_export_example_runs(hf_export, corpus_items, tmp_path, monkeypatch):
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    code = python_block(readme, 'load_dataset("out/hf/"')
+def test_the_export_pages_example_runs(hf_export, corpus_items, tmp_path, monkeypatch):
+    page = (Path(__file__).parents[1] / "docs" / "EXPORT.md").read_text()
+    code = python_block(page, 'load_dataset("out/hf/"')
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "hf").symlink_to(hf_export)
     scope = run_snippet(code, tmp_path, monkeypatch)

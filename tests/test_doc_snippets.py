@@ -68,6 +68,12 @@ def test_every_toml_block_parses():
                 pytest.fail(f"{snippet.where}: not TOML: {exc}")
 
 
+def test_the_authoring_pages_spec_is_the_example_file_its_commands_read():
+    guide = ROOT / "docs" / "AUTHORING.md"
+    specs = [s for s in page_snippets(guide) if s.language == "toml" and "[simulator]" in s.code]
+    assert [s.code for s in specs] == [(ROOT / "examples" / "lab.toml").read_text(encoding="utf-8")]
+
+
 @pytest.mark.parametrize(
     "body",
     [

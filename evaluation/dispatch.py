@@ -41,7 +41,7 @@ class PassState:
     """One pass over chunks as it is saved: each model's frame of a chunk goes to ``store``
     (in the pass's ``scoring.layout``) and into ``done``; ``given_up`` (label -> reason) holds
     the models not called again (``model_calls.fatal``), shared by the passes of a run; ``bar``
-    counts the chunks finished; notes go to ``store.note``."""
+    counts the units (tasks, histories) of the chunks finished; notes go to ``store.note``."""
 
     scoring: ScoringPass
     store: ChunkStore
@@ -63,7 +63,7 @@ class PassState:
                     self.given_up[label] = f"{reasons[0]} (on an earlier batch; not called again)"
         self.left[index] -= len(pending)
         if self.left[index] == 0:
-            self.bar.update()
+            self.bar.update(len(chunk.ids))
 
     def fail(self, chunk: PendingChunk, reason: str) -> None:
         """Save every unit of ``chunk`` as failed with ``reason``, for its pending models."""

@@ -1,6 +1,6 @@
 """Running forecasters over a corpus: per-task errors (resumable), then aggregates and reports.
 
-Per-task results are written in chunks of ``CHUNK`` tasks per model under
+Per-task results are written in chunks of at most ``CHUNK`` tasks per model (``chunk_size``) under
 ``<out>/per_task/<model>/``; a chunk already on disk is not computed again, so an interrupted
 evaluation resumes where it stopped. A ``manifest.json`` ties the folder to one corpus and one
 task selection; each model folder's ``model.json`` holds the model's fingerprint, and a model
@@ -79,8 +79,10 @@ from whatif_bench.outputs import safe_name
 if TYPE_CHECKING:
     from whatif_bench.cluster import WorkPool
 
-CHUNK = 256  # tasks per chunk of the tasks' pass (read when a run starts)
-RELATIONAL_CHUNK = CHUNK // 2  # histories per relational chunk: three inputs each
+CHUNK = 256  # the most tasks in a chunk of the tasks' pass (read when a run starts)
+RELATIONAL_CHUNK = CHUNK // 2  # the most histories in a relational chunk: three inputs each
+MIN_CHUNK = 16  # the fewest units in a chunk of a pass cut smaller than its largest chunks
+CHUNKS_WANTED = 64  # a smaller run's pass is cut into about this many chunks (chunk_size)
 STRATA = strata()  # import-time copy, for callers; select_tasks reads ``strata()``
 
 # Measured, not computed: the only columns of the outputs that differ between two runs of the
@@ -425,20 +427,37 @@ def subset_words(subset: float, selected: int, total: int) -> str:
     return words
 
 
+def chunk_size(units: int, largest: int) -> int:
+    """How many of a pass's ``units`` (tasks, or histories) make one chunk: ``largest`` for a
+    run of many (the whole corpus), else about ``units / CHUNKS_WANTED`` but at least
+    ``MIN_CHUNK``, so that a small run (a ``--subset``) is still cut into enough chunks for its
+    progress bar to move while it works. A chunk is one ``predict`` batch of each model, and the
+    unit of resuming; its size depends only on the selection, so a resumed run finds the same
+    chunks."""
+    return min(largest, max(MIN_CHUNK, math.ceil(units / CHUNKS_WANTED)))
+
+
 def _run_pass(
-    session: _Session, scoring: ScoringPass, tasks: pd.DataFrame, size: int
+    session: _Session, scoring: ScoringPass, tasks: pd.DataFrame, largest: int
 ) -> pd.DataFrame:
-    """Run the pass ``scoring`` over its units of the selected ``tasks``, in chunks of
-    ``size`` units, resuming from the chunks saved (``ChunkStore.resume``); its table (one row
-    per unit and model, joined with the units' columns) is written to the folder and returned."""
+    """Run the pass ``scoring`` over its units of the selected ``tasks``, in chunks of at most
+    ``largest`` units (``chunk_size``), resuming from the chunks saved (``ChunkStore.resume``);
+    its table (one row per unit and model, joined with the units' columns) is written to the
+    folder and returned. Its progress bar counts units, a chunk's worth at a time."""
     from tqdm import tqdm
 
     run, store = session.run, session.store
     units = scoring.units(tasks)
     ids = units[scoring.key].tolist()
+    size = chunk_size(len(ids), largest)
     chunks = [ids[i : i + size] for i in range(0, len(ids), size)]
     done, todo = store.resume(scoring.layout, chunks, run.models, run.labels)
-    bar = tqdm(total=len(todo), desc=scoring.title, unit="chunk", disable=not run.progress)
+    bar = tqdm(
+        total=sum(len(chunk.ids) for chunk in todo),
+        desc=scoring.title,
+        unit=scoring.unit,
+        disable=not run.progress,
+    )
     state = PassState(scoring, store, done, session.given_up, bar)
     save_all(_jobs(session, scoring), todo, state)
     parts = state.frames(list(run.labels), len(chunks))

@@ -69,6 +69,11 @@ class ScoringPass:
         """The column of the unit's id (``task_id``, ``pair_id``)."""
         return self.layout.columns[0]
 
+    @property
+    def unit(self) -> str:
+        """What the progress bar counts: ``task``, or ``history`` (a Replay/Novel pair)."""
+        return "task" if self.key == "task_id" else "history"
+
     def score(
         self,
         inputs: list[TaskInput],

@@ -83,6 +83,20 @@ def shard_columns(tasks: list[Task]) -> dict[str, np.ndarray]:
     return out
 
 
+def join_columns(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The ``shard_columns`` of the tasks of ``parts`` (each a ``shard_columns``) in order: the
+    rows concatenated, each array's offsets moved past the values of the parts before it."""
+    out: dict[str, np.ndarray] = {}
+    for name in (*TEXT_COLUMNS, *INT_COLUMNS, *ARRAYS):
+        out[name] = np.concatenate([part[name] for part in parts])
+    for name in ARRAYS:
+        starts = np.cumsum([0] + [part[name].size for part in parts[:-1]])
+        out[f"{name}_offset"] = np.concatenate(
+            [part[f"{name}_offset"] + start for part, start in zip(parts, starts, strict=True)]
+        ).astype(np.int64)
+    return out
+
+
 def write_shard(path: str | os.PathLike, columns: dict[str, np.ndarray], attrs: dict) -> None:
     """Write one shard file from ``shard_columns``; ``attrs`` (JSON-safe scalars) are added to
     the file's attributes after ``format`` and ``format_version``."""

@@ -13,8 +13,8 @@ same for any number of jobs or workers and a killed run never leaves a complete-
 
 from __future__ import annotations
 
-import copy
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from whatif_bench.outputs import OutputError, check_folder_output, check_output_
 KIND = "stream"
 
 SHARD_SIZE = 4096  # tasks per shard file
+PIECE = 256  # slots per unit of work: a shard is made of pieces, and the bar moves per piece
 FORMATS = {"parquet": "parquet", "hdf5": "h5"}  # format -> file extension
 WHAT = "whatif stream"
 
@@ -37,13 +38,38 @@ def shard_bounds(count: int, shard_size: int) -> Iterator[tuple[int, int]]:
         yield first, min(first + shard_size, count)
 
 
-def _shard(stream, format: str, first: int, last: int):
-    """Slots ``first`` .. ``last - 1`` (run in a worker) as what the main process writes (the
-    Arrow task table of ``corpus.columns``, or ``h5shard.shard_columns``), with the stats."""
-    from whatif_bench.stream.task_stream import StreamStats
+def piece_bounds(count: int, shard_size: int, piece: int = PIECE) -> Iterator[tuple[int, int]]:
+    """``(first, last)`` slots of each piece of work, in order: every shard of ``shard_bounds``
+    cut into runs of at most ``piece`` slots (a piece never spans two shards); lazy, as
+    ``shard_bounds``."""
+    for first, last in shard_bounds(count, shard_size):
+        for start in range(first, last, piece):
+            yield start, min(start + piece, last)
 
-    own = copy.copy(stream)  # its own counts, whether in a worker or in this process
-    own.stats = StreamStats()
+
+# The stream of the run in progress, in each process that makes pieces, with its worlds, entries
+# and kernel plan built: a piece arrives with a fresh copy of the stream (as the pool sends it),
+# and building those again for every piece would cost more than the piece itself.
+_PREPARED: dict[str, Any] = {}
+
+
+def _prepared(stream, key: str):
+    """The stream of run ``key`` as this process first received it, built once
+    (``TaskStream.entries`` and ``plan``); the stream of an earlier run is dropped."""
+    if key not in _PREPARED:
+        stream.entries()
+        stream.plan()
+        _PREPARED.clear()
+        _PREPARED[key] = stream
+    return _PREPARED[key]
+
+
+def _shard(stream, format: str, key: str, first: int, last: int):
+    """Slots ``first`` .. ``last - 1`` (a piece of a shard, run in a worker) as what the main
+    process writes (the Arrow task table of ``corpus.columns``, or ``h5shard.shard_columns``),
+    with the stats; ``_join`` makes a shard of its pieces. ``key`` names the run's stream
+    (``_prepared``)."""
+    own = _prepared(stream, key).counted_apart()  # its own counts, in a worker or here
     tasks = list(own.tasks(range(first, last)))
     if format == "parquet":
         from whatif_bench.corpus.columns import table
@@ -52,6 +78,20 @@ def _shard(stream, format: str, first: int, last: int):
     from whatif_bench.stream.h5shard import shard_columns
 
     return shard_columns(tasks), own.stats.as_dict()
+
+
+def _join(format: str, parts: list[Any]) -> Any:
+    """One shard's columns from those of its pieces, in slot order: the same values as the
+    shard made in one piece, so the same file bytes (tests/test_stream_shards.py)."""
+    if len(parts) == 1:
+        return parts[0]
+    if format == "parquet":
+        import pyarrow as pa
+
+        return pa.concat_tables(parts).combine_chunks()
+    from whatif_bench.stream.h5shard import join_columns
+
+    return join_columns(parts)
 
 
 def _merge(total: dict, part: dict) -> None:
@@ -138,21 +178,29 @@ def _write(
         stats: dict[str, Any] = {"drawn": 0, "kept": 0, "rejected": {}}
         (tmp / "data").mkdir()
         shipped = stream.with_sources() if pool.distributed else stream
-        # two lazy passes over the same bounds: one feeds the pool, one names the files
-        results = pool.ordered(
-            _shard, shard_bounds(stream.count, shard_size), shared=(shipped, format)
+        key = uuid.uuid4().hex  # this run's stream, as the processes that make pieces keep it
+        # lazy passes over the same bounds: the pieces feed the pool, the shards name the files
+        results = iter(
+            pool.ordered(
+                _shard,
+                piece_bounds(stream.count, shard_size, PIECE),
+                shared=(shipped, format, key),
+            )
         )
         bar = tqdm(total=stream.count, unit="task", disable=not progress, desc="stream")
         try:
-            for index, ((first, last), (part, counts)) in enumerate(
-                zip(shard_bounds(stream.count, shard_size), results, strict=True)
-            ):
+            for index, (first, last) in enumerate(shard_bounds(stream.count, shard_size)):
+                parts = []
+                for start, end in piece_bounds(last - first, shard_size, PIECE):
+                    part, counts = next(results)
+                    parts.append(part)
+                    _merge(stats, counts)
+                    bar.update(end - start)
                 path = tmp / "data" / f"shard-{index:05d}.{FORMATS[format]}"
-                _write_file(format, path, part, stream.seed, first, last)
-                _merge(stats, counts)
-                bar.update(last - first)
+                _write_file(format, path, _join(format, parts), stream.seed, first, last)
         finally:
             bar.close()
+            _PREPARED.pop(key, None)  # in this process (--jobs 1): the caller's stream
         return {
             "toolkit_version": __version__,
             "format": format,

@@ -175,6 +175,14 @@ class TaskStream:
         other._entries, other._plan, other._planned = self._entries, self._plan, self._planned
         return other
 
+    def counted_apart(self) -> TaskStream:
+        """The same stream with counts (``stats``) of its own, sharing what this one has built
+        (its entries and kernel plan; ``copy.copy`` would drop them, as ``__getstate__`` does)."""
+        other = copy.copy(self)
+        other._entries, other._plan, other._planned = self._entries, self._plan, self._planned
+        other.stats = StreamStats()
+        return other
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_entries"] = None  # rebuilt in the receiving process (e.g. a DataLoader worker)

@@ -232,11 +232,11 @@ class _Stop(Exception):
 
 
 def test_writing_a_huge_stream_starts_at_once_without_planning_every_shard(tmp_path, monkeypatch):
-    """``write_shards`` with count 10**12 (the hunt's 19.7 GB) makes its first shards at once;
+    """``write_shards`` with count 10**12 (the hunt's 19.7 GB) makes its first pieces at once;
     the run is stopped at the third and leaves nothing behind."""
     made = []
 
-    def fake_shard(stream, format, first, last):
+    def fake_shard(stream, format, key, first, last):
         if len(made) == 2:
             raise _Stop
         made.append((first, last))
@@ -258,7 +258,8 @@ def test_writing_a_huge_stream_starts_at_once_without_planning_every_shard(tmp_p
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert made == [(0, 1000), (1000, 2000)]
+    piece = shards.PIECE  # the unit of work: a shard of 1000 is made in pieces
+    assert made == [(0, piece), (piece, 2 * piece)]
     assert peak < 20_000_000  # the old list of bounds: 10**9 tuples
     assert not (tmp_path / "out").exists()
 

@@ -10,9 +10,11 @@ import math
 import pickle
 from types import SimpleNamespace
 
+import hypothesis
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import strategies as st
 
 from whatif_bench.cluster import WORKER_DIED, WorkerDied
 from whatif_bench.evaluation import Forecast, runner
@@ -285,8 +287,8 @@ class Bar:
         self.finished = 0
         self.closed = False
 
-    def update(self) -> None:
-        self.finished += 1
+    def update(self, n: int = 1) -> None:  # units finished (tqdm's update)
+        self.finished += n
 
     def close(self) -> None:
         self.closed = True
@@ -362,3 +364,52 @@ def test_one_place_decides_where_the_chunks_of_both_passes_run(
     assert call[-2] == ModelCalls(9.0, {"x": "gone"}) and call[-1] is scoring
     frames = jobs.function(*call)
     assert len(frames) == 1 and frames[0][scoring.key].tolist() == ids
+
+
+# ---- chunk sizes: the whole corpus in the largest chunks, a small run in enough to show progress
+
+
+@hypothesis.given(units=st.integers(0, 200_000), largest=st.integers(1, 512))
+def test_a_chunk_is_never_larger_than_the_largest_and_a_small_run_makes_enough(units, largest):
+    size = runner.chunk_size(units, largest)
+    assert 1 <= size <= largest
+    if largest >= runner.MIN_CHUNK:
+        assert size >= runner.MIN_CHUNK
+    if runner.MIN_CHUNK < size < largest:  # cut smaller: about CHUNKS_WANTED chunks
+        fewest = runner.CHUNKS_WANTED * runner.MIN_CHUNK / (runner.MIN_CHUNK + 1)
+        assert fewest <= math.ceil(units / size) <= runner.CHUNKS_WANTED
+
+
+def test_the_whole_corpus_keeps_its_chunks_and_a_subset_is_cut_finer():
+    assert runner.chunk_size(35_762, runner.CHUNK) == 256  # the default corpus's tasks
+    assert runner.chunk_size(17_881, runner.RELATIONAL_CHUNK) == 128  # and its histories
+    assert runner.chunk_size(1_260, runner.CHUNK) == 20  # a --subset 0.02: 63 chunks, not 5
+    assert runner.chunk_size(360, runner.CHUNK) == runner.MIN_CHUNK
+
+
+def test_the_bar_counts_tasks_and_moves_per_chunk(one_target_corpus, tmp_path, monkeypatch):
+    import tqdm
+
+    from whatif_bench.corpus import Corpus
+    from whatif_bench.evaluation import evaluate
+
+    bars: dict[str, list] = {}
+
+    class Recorder(tqdm.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bars[kwargs["desc"]] = [kwargs["unit"], kwargs["total"]]
+
+        def update(self, n=1):
+            bars[self.desc].append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(tqdm, "tqdm", Recorder)
+    evaluate(one_target_corpus, ["naive"], tmp_path / "out", jobs=1, progress=True)
+    with Corpus(one_target_corpus) as corpus:
+        n = len(corpus)
+    unit, total, *steps = bars["evaluating"]
+    size = runner.chunk_size(n, runner.CHUNK)
+    assert unit == "task" and total == n and sum(steps) == n
+    assert steps == [size] * (n // size) + ([n % size] if n % size else [])
+    assert len(steps) > 5

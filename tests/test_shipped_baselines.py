@@ -75,6 +75,7 @@ def test_a_short_sumo_run_reproduces_the_start_of_the_shipped_month(shipped, sum
         )
 
 
-@pytest.mark.slow  # about two minutes of SUMO: the suite's largest single test
+@pytest.mark.heavy  # a month of SUMO: 2 min idle, 7 min beside the suite; its first day is
+# is checked in every run (test_a_short_sumo_run_reproduces_the_start_of_the_shipped_month)
 def test_re_simulating_sumo_reproduces_the_shipped_month_exactly(shipped):
     assert sumo.run(days=sumo.DEFAULT_DAYS).content_hash() == shipped["sumo"].content_hash()

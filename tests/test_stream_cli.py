@@ -10,6 +10,8 @@ import h5py
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import run_cli
 from whatif_bench.corpus.columns import schema
@@ -187,3 +189,58 @@ def test_a_failed_overwrite_keeps_the_old_shards_and_leaves_no_temporary(
     assert len(written) == 1
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [".kept.lock", "kept"]
+
+
+# ---- pieces: the unit of work and of the progress bar ------------------------------------------
+
+
+@given(count=st.integers(1, 300), shard_size=st.integers(1, 60), piece=st.integers(1, 70))
+def test_pieces_cover_every_slot_once_in_order_and_never_span_two_shards(count, shard_size, piece):
+    from whatif_bench.stream.shards import piece_bounds, shard_bounds
+
+    pieces = list(piece_bounds(count, shard_size, piece))
+    assert [s for first, last in pieces for s in range(first, last)] == list(range(count))
+    assert all(0 < last - first <= piece for first, last in pieces)
+    shard_of = {
+        s: i for i, (a, b) in enumerate(shard_bounds(count, shard_size)) for s in range(a, b)
+    }
+    assert all(shard_of[first] == shard_of[last - 1] for first, last in pieces)
+
+
+@pytest.mark.slow  # two streams of 50 tasks, about 3 s
+@pytest.mark.parametrize("format", ["parquet", "hdf5"])
+def test_shards_made_of_small_pieces_are_the_same_bytes(
+    format, shards, h5_shards, cache, tmp_path, monkeypatch
+):
+    from whatif_bench.stream import shards as shards_module
+
+    monkeypatch.setattr(shards_module, "PIECE", 7)  # shards of 20: pieces of 7, 7 and 6
+    out = tmp_path / "pieces"
+    done = run_cli(
+        "stream", *ARGS, "--format", format, "--out", str(out), "--cache", cache, "--jobs", "2"
+    )
+    assert done.returncode == 0, done.stderr
+    whole = shards if format == "parquet" else h5_shards
+    suffix = "parquet" if format == "parquet" else "h5"
+    for name in ("manifest.json", *(f"data/shard-0000{i}.{suffix}" for i in range(3))):
+        assert (out / name).read_bytes() == (whole / name).read_bytes(), name
+
+
+def test_the_bar_moves_per_piece_not_per_shard(cache, tmp_path, monkeypatch):
+    import tqdm
+
+    from whatif_bench.stream import shards as shards_module
+    from whatif_bench.stream import write_shards
+
+    steps: list[int] = []
+
+    class Recorder(tqdm.tqdm):
+        def update(self, n=1):
+            steps.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(tqdm, "tqdm", Recorder)
+    monkeypatch.setattr(shards_module, "PIECE", 8)
+    stream = TaskStream(3, count=30, simulators=["epanet"], cache=cache)
+    write_shards(stream, tmp_path / "o", shard_size=20, progress=True)
+    assert steps == [8, 8, 4, 8, 2]  # shard 0: 8 + 8 + 4; shard 1: 8 + 2

@@ -374,7 +374,8 @@ def stream_shards(sources, tmp_path_factory):
     """Ten stream slots written as parquet shards of four (the ``whatif stream`` writer)."""
     from whatif_bench.stream import write_shards
 
-    out = tmp_path_factory.mktemp("shards") / "DIR"
+    out = tmp_path_factory.mktemp("shards") / "out" / "stream"  # where docs/STREAM_FORMAT.md reads
+    out.parent.mkdir()
     stream = TaskStream(SEED, count=10, sources=sources)
     write_shards(stream, out, shard_size=4, progress=False, format="parquet")
     return out
@@ -465,7 +466,8 @@ def test_collate_takes_parquet_stream_shard_rows_as_the_docs_read_them(
     import pyarrow.parquet as pq
 
     doc = (Path(__file__).parents[1] / "docs" / "STREAM_FORMAT.md").read_text()
-    scope = run_snippet(python_block(doc, "collate_tasks"), stream_shards.parent, monkeypatch)
+    folder = stream_shards.parents[1]
+    scope = run_snippet(python_block(doc, "collate_tasks"), folder, monkeypatch)
     assert str(scope["shards"].split) == "train" and scope["shards"].num_rows == 10
     items = [
         task_item(task, slot)

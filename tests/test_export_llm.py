@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_generator import make
+from whatif_bench.corpus import covariate_units, task_units
 from whatif_bench.corpus.describe import Describer
 from whatif_bench.evaluation.llm_prompt import (
     FILES,
@@ -359,8 +360,10 @@ def test_task_folders_hide_names_and_truth(exported):
 def test_key_holds_the_mapping_the_truth_and_the_description(exported, llm_corpus):
     (out, _), _, tasks = exported
     lines = [json.loads(line) for line in (out / KEY).read_text().splitlines()]
+    covariate_units_seen: set[str] = set()
     with Corpus(llm_corpus) as corpus:
         describer = Describer(corpus)
+        by_target = covariate_units(corpus.attrs)
         assert [line["task_id"] for line in lines] == [t.task_id for t in tasks]
         for position, (line, task) in enumerate(zip(lines, tasks, strict=True)):
             assert line["folder"] == f"{TASKS}/{task_folder_name(position)}"
@@ -370,6 +373,10 @@ def test_key_holds_the_mapping_the_truth_and_the_description(exported, llm_corpu
             }
             names = [line["variables"][f"<covariate_{i}>"]["name"] for i in range(1, task.k + 1)]
             assert tuple(names) == task.covariates
+            units = task_units(task, by_target)  # what the fev and gluonts exports write
+            got = [line["variables"][f"<covariate_{i}>"]["unit"] for i in range(1, task.k + 1)]
+            assert got == [units[name] for name in task.covariates]
+            covariate_units_seen.update(got)
             assert np.array_equal(np.array(line["future_target"], np.float32), task.future_target)
             assert np.array_equal(
                 np.array(line["counterfactual_future"], np.float32), task.counterfactual_future
@@ -377,6 +384,7 @@ def test_key_holds_the_mapping_the_truth_and_the_description(exported, llm_corpu
             assert line["history_last_value"] == float(task.history_target[-1])
             assert line["description"] == describer.describe(task)
             assert line["scenario_text"] == describer.text(task)
+    assert covariate_units_seen - {""}, "no covariate unit at all: the check above proves nothing"
 
 
 def test_scenario_file_is_the_anonymised_future_event(exported, llm_corpus):

@@ -56,12 +56,13 @@ _PREPARED: dict[str, Any] = {}
 def _prepared(stream, key: str):
     """The stream of run ``key`` as this process first received it, built once
     (``TaskStream.entries`` and ``plan``); the stream of an earlier run is dropped."""
-    if key not in _PREPARED:
+    prepared = _PREPARED.get(key)
+    if prepared is None:
         stream.entries()
         stream.plan()
         _PREPARED.clear()
-        _PREPARED[key] = stream
-    return _PREPARED[key]
+        _PREPARED[key] = prepared = stream
+    return prepared
 
 
 def _shard(stream, format: str, key: str, first: int, last: int):
@@ -82,7 +83,7 @@ def _shard(stream, format: str, key: str, first: int, last: int):
 
 def _join(format: str, parts: list[Any]) -> Any:
     """One shard's columns from those of its pieces, in slot order: the same values as the
-    shard made in one piece, so the same file bytes (tests/test_stream_shards.py)."""
+    shard made in one piece, so the same file bytes (tests/test_stream_cli.py)."""
     if len(parts) == 1:
         return parts[0]
     if format == "parquet":

@@ -172,16 +172,20 @@ class TaskStream:
             max_attempts=self.max_attempts,
             fast=self.fast,
         )
-        other._entries, other._plan, other._planned = self._entries, self._plan, self._planned
+        self._share_built(other)
         return other
 
     def counted_apart(self) -> TaskStream:
         """The same stream with counts (``stats``) of its own, sharing what this one has built
         (its entries and kernel plan; ``copy.copy`` would drop them, as ``__getstate__`` does)."""
         other = copy.copy(self)
-        other._entries, other._plan, other._planned = self._entries, self._plan, self._planned
+        self._share_built(other)
         other.stats = StreamStats()
         return other
+
+    def _share_built(self, other: TaskStream) -> None:
+        """Give ``other`` (a copy of this stream) the entries and kernel plan built here."""
+        other._entries, other._plan, other._planned = self._entries, self._plan, self._planned
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

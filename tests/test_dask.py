@@ -361,3 +361,18 @@ def test_the_api_takes_a_connected_client_leaves_it_open_and_refuses_jobs_with_i
             assert list(pool.ordered(_slow_echo, [(7, 0.0)])) == [7]
         assert client.status == "running"  # a client we were given stays open
     assert sorted(tmp_path.iterdir()) == []
+
+
+def _log_an_error_on_the_worker() -> str:
+    logging.getLogger("distributed.worker").error("Failed to communicate: a test's log line")
+    return "logged"
+
+
+def test_a_local_clusters_worker_logs_do_not_reach_the_terminal(capfd):
+    # At shutdown a worker may log a heartbeat failure with a traceback (a race inside
+    # distributed); the terminal of a --dask-local run shows only the toolkit's own lines.
+    with open_pool(cluster=DaskCluster(local_workers=1)) as pool:
+        assert list(pool.ordered(_log_an_error_on_the_worker, [()])) == ["logged"]
+    captured = capfd.readouterr()
+    assert "a test's log line" not in captured.err + captured.out
+    assert "Traceback" not in captured.err

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from whatif_bench.cli_lists import add_list_option
-from whatif_bench.cli_types import MAX_DAYS, days_float
+from whatif_bench.cli_types import MAX_DAYS, days_float, positive_int
 from whatif_bench.errors import WhatIfError
 
 # The simulators a short run checks in each image (the toolkit image has every engine that
@@ -24,7 +24,7 @@ CHECK_DAYS = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from whatif_bench.simulators.containers import ENGINES, IMAGES
+    from whatif_bench.simulators.containers import DEFAULT_BUILD_JOBS, ENGINES, IMAGES
 
     sub = parser.add_subparsers(dest="action", required=True)
     build = sub.add_parser("build", help="build the images (docker/<image>/Dockerfile)")
@@ -62,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="repository root holding docker/ (default: ., the current folder)",
     )
     build.add_argument("--logs", help="folder for one build log per image (default: none kept)")
+    build.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=DEFAULT_BUILD_JOBS,
+        help="images built at once; a build waits mostly on downloads and disk writes, so this "
+        "may exceed the number of cores (default: %(default)s)",
+    )
     build.set_defaults(handler=_build)
     check.add_argument(
         "--days",
@@ -87,7 +94,7 @@ def _images(args: argparse.Namespace) -> list[str]:
 def _build(args: argparse.Namespace) -> int:
     from whatif_bench.outputs import check_regular, make_folder, real_path
     from whatif_bench.simulators.containers import (
-        build_image,
+        build_images,
         check_build_log,
         check_log_folder,
         find_engine,
@@ -106,10 +113,14 @@ def _build(args: argparse.Namespace) -> int:
     engine = find_engine(args.engine)
     if logs is not None:
         make_folder(logs)
-    for image in _images(args):
-        log = logs / f"{image}.log" if logs is not None else None
-        print(f"building {image} with {engine.name} ...", file=sys.stderr)
-        built = build_image(engine, image, repo, args.base, args.maven_repo, log)
+
+    def started(image: str) -> None:
+        print(f"building {image} with {engine.name} ...", file=sys.stderr, flush=True)
+
+    images = _images(args)
+    for built in build_images(
+        engine, images, repo, args.base, args.maven_repo, logs, args.jobs, started
+    ):
         print(f"built {built.ref} in {built.seconds:.0f} s, {built.size_bytes / 1e9:.2f} GB")
     return 0
 

@@ -180,3 +180,75 @@ def test_a_log_whatif_wrote_is_accepted_for_replacing(tmp_path):
     log.write_text(f"{containers.LOG_HEADER}localhost/whatif-epanet:0 built by podman\nSTEP 1/2\n")
     assert containers.check_build_log(log) == log
     assert containers.check_build_log(tmp_path / "sumo.log") == tmp_path / "sumo.log"
+
+
+# `whatif images build --jobs N`: builds run N at a time and are reported in the order asked.
+def _fake_builds(monkeypatch, seconds: dict[str, float], failing: str | None = None):
+    """``build_image`` replaced by a sleep of ``seconds[image]`` (``failing`` raises); returns
+    the log of (event, image, builds running at that moment)."""
+    import threading
+    import time
+
+    lock = threading.Lock()
+    running: set[str] = set()
+    events: list[tuple[str, str, int]] = []
+
+    def fake(engine, image, repo, base=None, maven_repo=None, log=None):
+        with lock:
+            running.add(image)
+            events.append(("start", image, len(running)))
+        time.sleep(seconds[image])
+        with lock:
+            running.discard(image)
+            events.append(("end", image, len(running)))
+        if image == failing:
+            raise containers.ContainerError(f"image {image}: build failed at step 'RUN x'")
+        return containers.BuiltImage(f"localhost/whatif-{image}:0", seconds[image], 1)
+
+    monkeypatch.setattr(containers, "build_image", fake)
+    return events
+
+
+def test_builds_run_jobs_at_a_time_and_come_in_the_order_asked(monkeypatch):
+    seconds = {"epanet": 0.3, "sumo": 0.05, "gridlabd": 0.05, "toolkit": 0.05}
+    events = _fake_builds(monkeypatch, seconds)
+    built = list(containers.build_images(None, list(seconds), REPO, jobs=2))
+    assert [b.ref for b in built] == [f"localhost/whatif-{image}:0" for image in seconds]
+    assert max(count for _, _, count in events) == 2  # never more than jobs at once
+    # the slow first build did not hold the others back: they ended before it did
+    ends = [image for event, image, _ in events if event == "end"]
+    assert ends[-1] == "epanet"
+
+
+def test_one_job_builds_one_after_another(monkeypatch):
+    seconds = {"epanet": 0.01, "sumo": 0.01, "toolkit": 0.01}
+    events = _fake_builds(monkeypatch, seconds)
+    list(containers.build_images(None, list(seconds), REPO, jobs=1))
+    assert [(e, i) for e, i, _ in events] == [
+        (event, image) for image in seconds for event in ("start", "end")
+    ]
+
+
+def test_a_failed_build_is_its_error_and_later_builds_do_not_begin(monkeypatch):
+    seconds = {"epanet": 0.05, "sumo": 0.2, "gridlabd": 0.01, "opendc": 0.01, "toolkit": 0.01}
+    events = _fake_builds(monkeypatch, seconds, failing="epanet")
+    builds = containers.build_images(None, list(seconds), REPO, jobs=2)
+    with pytest.raises(containers.ContainerError, match="^image epanet: build failed"):
+        list(builds)
+    started = [image for event, image, _ in events if event == "start"]
+    assert "toolkit" not in started  # not begun after the failure was seen
+    assert {"epanet", "sumo"} <= {image for event, image, _ in events if event == "end"}
+
+
+@pytest.mark.parametrize("jobs", [0, -1, True, 1.5])
+def test_a_bad_number_of_build_jobs_is_refused(jobs):
+    with pytest.raises(ValueError, match="number of build jobs"):
+        list(containers.build_images(None, ["epanet"], REPO, jobs=jobs))
+
+
+def test_the_build_command_says_jobs_and_its_default(capsys):
+    code, out, _ = run(capsys, "images", "build", "--help")
+    help_text = " ".join(out.split())
+    assert code == 0
+    assert "images built at once" in help_text
+    assert f"(default: {containers.DEFAULT_BUILD_JOBS})" in help_text

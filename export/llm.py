@@ -24,9 +24,12 @@ import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from whatif_bench.evaluation.llm_prompt import (
     FILES,
@@ -67,17 +70,31 @@ def float_texts(values: np.ndarray) -> list[str]:
 
     numpy's shortest float32 repr is used; in the rare case where reading that text as float64
     and rounding to float32 would give another value (double rounding), the float64 repr of the
-    value is written instead, which always reads back exactly.
+    value is written instead, which always reads back exactly. Each distinct bit pattern is
+    formatted once (a covariate holds few distinct values; -0.0 and 0.0 stay apart).
     """
     values = np.asarray(values, dtype=np.float32).ravel()
-    texts = [str(value) for value in values]
-    if texts:
-        back = np.array(texts, dtype=np.float64).astype(np.float32)
-        wrong = ~((back == values) & (np.signbit(back) == np.signbit(values)))
-        wrong &= ~(np.isnan(back) & np.isnan(values))
-        for i in np.flatnonzero(wrong):
-            texts[i] = repr(float(values[i]))
-    return texts
+    if not values.size:
+        return []
+    patterns, where = np.unique(values.view(np.uint32), return_inverse=True)
+    distinct = patterns.view(np.float32)
+    texts = [str(value) for value in distinct]
+    back = np.array(texts, dtype=np.float64).astype(np.float32)
+    wrong = ~((back == distinct) & (np.signbit(back) == np.signbit(distinct)))
+    wrong &= ~(np.isnan(back) & np.isnan(distinct))
+    for i in np.flatnonzero(wrong):
+        texts[i] = repr(float(distinct[i]))
+    return np.array(texts, dtype=object)[where.ravel()].tolist()
+
+
+def iso_stamps(index: pd.DatetimeIndex) -> list[str]:
+    """``stamp.isoformat()`` of every stamp of ``index``, shape (n,); whole seconds without a
+    time zone (every corpus's) are formatted by numpy in one call."""
+    if index.tz is None:
+        seconds = index.values.astype("datetime64[s]")
+        if (seconds == index.values).all():
+            return np.datetime_as_string(seconds, unit="s").tolist()
+    return [stamp.isoformat() for stamp in index]
 
 
 def _table(stamps: list[str], header: list[str], columns: list[list[str]] | None) -> str:
@@ -87,7 +104,7 @@ def _table(stamps: list[str], header: list[str], columns: list[list[str]] | None
         blank = "," * len(header)
         lines.extend(stamp + blank for stamp in stamps)
     else:
-        lines.extend(",".join(row) for row in zip(stamps, *columns, strict=True))
+        lines.extend(map(",".join, zip(stamps, *columns, strict=True)))
     return "\n".join(lines) + "\n"
 
 
@@ -96,7 +113,7 @@ def _write_task(task, folder: Path, units: dict[str, str], describer=None) -> di
     the other exports write, "" where unknown; ``describer``: a ``corpus.describe.Describer``
     of the corpus, or ``None`` for a corpus built with user forms modules: no
     ``scenario.txt``, and null ``description`` and ``scenario_text``)."""
-    stamps = [stamp.isoformat() for stamp in task.timestamps()]
+    stamps = iso_stamps(task.timestamps())
     past, future = stamps[: task.context_length], stamps[task.context_length :]
     targets = list(dummy_ids("target", 1))
     covariates = list(dummy_ids("covariate", task.k))

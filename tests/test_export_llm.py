@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import random
@@ -23,7 +24,7 @@ from whatif_bench.evaluation.llm_prompt import (
     parse_response,
 )
 from whatif_bench.export.formats import writer
-from whatif_bench.export.llm import KEY, TASKS, float_texts, task_folder_name
+from whatif_bench.export.llm import KEY, TASKS, float_texts, iso_stamps, task_folder_name
 from whatif_bench.generator import Corpus
 
 TARGET = "sumo/flow_loop_e_0_near"
@@ -261,6 +262,49 @@ def test_float_texts_are_short_and_exact():
     ).astype(np.float32)
     many = many[np.isfinite(many)]
     assert np.array_equal(np.array(float_texts(many), dtype=np.float64).astype(np.float32), many)
+
+
+def float_texts_reference(values: np.ndarray) -> list[str]:
+    """The readable twin of ``float_texts``: each value formatted on its own."""
+    texts = []
+    for value in np.asarray(values, dtype=np.float32).ravel():
+        text = str(value)
+        back = np.float32(float(text))
+        same = (back == value and np.signbit(back) == np.signbit(value)) or (
+            np.isnan(back) and np.isnan(value)
+        )
+        texts.append(text if same else repr(float(value)))
+    return texts
+
+
+FLOAT32_BITS = st.integers(min_value=0, max_value=2**32 - 1)
+
+
+@given(
+    st.lists(FLOAT32_BITS, max_size=60),
+    st.lists(st.sampled_from([0.0, -0.0, 1.0, np.nan, -np.inf, 1e-45]), max_size=20),
+)
+@settings(max_examples=200, deadline=None)
+def test_float_texts_equal_formatting_each_value_alone(bits, repeated):
+    # any bit pattern (NaN payloads, subnormals, -0.0 beside 0.0), with repeats: each distinct
+    # pattern is formatted once, and the texts are those of formatting every value alone
+    values = np.concatenate(
+        [np.array(bits, dtype=np.uint32).view(np.float32), np.array(repeated, dtype=np.float32)]
+    )
+    assert float_texts(values) == float_texts_reference(values)
+
+
+@given(
+    st.datetimes(min_value=dt.datetime(1970, 1, 1), max_value=dt.datetime(2200, 1, 1)),
+    st.sampled_from([1, 60, 300, 900, 3600]),
+    st.integers(min_value=0, max_value=50),
+    st.sampled_from([None, "UTC", "Europe/Amsterdam"]),
+)
+@settings(max_examples=100, deadline=None)
+def test_iso_stamps_are_each_stamps_isoformat(start, seconds, periods, tz):
+    # whole seconds or not, with a time zone or without
+    index = pd.date_range(start, periods=periods, freq=pd.Timedelta(seconds=seconds), tz=tz)
+    assert iso_stamps(index) == [stamp.isoformat() for stamp in index]
 
 
 @pytest.fixture(scope="module")

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 
-# datasets caches every parquet it loads: keep that cache out of the user's home, and offline
+# datasets caches every parquet it loads: keep that cache out of the user's home, and offline;
+# a cache folder made here is removed when the test process ends
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="whatif-hf-cache-"))
+if "HF_DATASETS_CACHE" not in os.environ:
+    os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="whatif-hf-cache-")
+    atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

@@ -39,8 +39,8 @@ IMAGES = ("epanet", "sumo", "gridlabd", "opendc", "toolkit")
 PIP_SETTINGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT")
 CA_IN_BUILD = "/run/host-ca.crt"
 ENGINE_TIMEOUT_S = 60.0
-# builds at once (`whatif images build --jobs`): each waits mostly on downloads and disk writes
-DEFAULT_BUILD_JOBS = 3
+# builds at once (`whatif images build --parallel`): each waits mostly on downloads and disk writes
+DEFAULT_PARALLEL_BUILDS = 3
 RLIMIT_HINT = (
     " (podman's runtime cannot set resource limits here: export "
     "CONTAINERS_CONF=docker/podman-runc.conf, see docs/CONTAINERS.md)"
@@ -264,10 +264,10 @@ def build_images(
     base: str | None = None,
     maven_repo: str | os.PathLike | None = None,
     logs: str | os.PathLike | None = None,
-    jobs: int = DEFAULT_BUILD_JOBS,
+    parallel: int = DEFAULT_PARALLEL_BUILDS,
     started: Callable[[str], None] | None = None,
 ) -> Iterator[BuiltImage]:
-    """``build_image`` for each of ``images``, ``jobs`` builds at a time; yields each
+    """``build_image`` for each of ``images``, ``parallel`` builds at a time; yields each
     ``BuiltImage`` in the order of ``images``.
 
     The images share no layer (each installs its own environment), and a build waits mostly on
@@ -276,8 +276,10 @@ def build_images(
     each build begins. A failed build is its ``ContainerError`` when its turn comes; builds not
     begun by then are not begun, those running finish (an engine cannot stop a build cleanly).
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"the number of build jobs must be a positive integer, got {jobs!r}")
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise ValueError(
+            f"the number of builds at once must be a positive integer, got {parallel!r}"
+        )
 
     def one(image: str) -> BuiltImage:
         if started is not None:
@@ -285,11 +287,11 @@ def build_images(
         log = None if logs is None else Path(logs) / f"{image}.log"
         return build_image(engine, image, repo, base, maven_repo, log)
 
-    if jobs == 1:
+    if parallel == 1:
         for image in images:
             yield one(image)
         return
-    pool = concurrent.futures.ThreadPoolExecutor(jobs, thread_name_prefix="whatif-build")
+    pool = concurrent.futures.ThreadPoolExecutor(parallel, thread_name_prefix="whatif-build")
     try:
         futures = [pool.submit(one, image) for image in images]
         for future in futures:

@@ -24,7 +24,7 @@ CHECK_DAYS = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from whatif_bench.simulators.containers import DEFAULT_BUILD_JOBS, ENGINES, IMAGES
+    from whatif_bench.simulators.containers import DEFAULT_PARALLEL_BUILDS, ENGINES, IMAGES
 
     sub = parser.add_subparsers(dest="action", required=True)
     build = sub.add_parser("build", help="build the images (docker/<image>/Dockerfile)")
@@ -63,10 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     build.add_argument("--logs", help="folder for one build log per image (default: none kept)")
     build.add_argument(
-        "--jobs",
+        "--parallel",
         type=positive_int,
-        default=DEFAULT_BUILD_JOBS,
-        help="images built at once; a build waits mostly on downloads and disk writes, so this "
+        default=DEFAULT_PARALLEL_BUILDS,
+        help="images built at once (threads that wait on the engine, not worker processes like "
+        "the --jobs of generate); a build waits mostly on downloads and disk writes, so this "
         "may exceed the number of cores (default: %(default)s)",
     )
     build.set_defaults(handler=_build)
@@ -119,7 +120,7 @@ def _build(args: argparse.Namespace) -> int:
 
     images = _images(args)
     for built in build_images(
-        engine, images, repo, args.base, args.maven_repo, logs, args.jobs, started
+        engine, images, repo, args.base, args.maven_repo, logs, args.parallel, started
     ):
         print(f"built {built.ref} in {built.seconds:.0f} s, {built.size_bytes / 1e9:.2f} GB")
     return 0

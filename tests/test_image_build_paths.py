@@ -182,7 +182,7 @@ def test_a_log_whatif_wrote_is_accepted_for_replacing(tmp_path):
     assert containers.check_build_log(tmp_path / "sumo.log") == tmp_path / "sumo.log"
 
 
-# `whatif images build --jobs N`: builds run N at a time and are reported in the order asked.
+# `whatif images build --parallel N`: builds run N at a time and are reported in the order asked.
 def _fake_builds(monkeypatch, seconds: dict[str, float], failing: str | None = None):
     """``build_image`` replaced by a sleep of ``seconds[image]`` (``failing`` raises); returns
     the log of (event, image, builds running at that moment)."""
@@ -209,21 +209,21 @@ def _fake_builds(monkeypatch, seconds: dict[str, float], failing: str | None = N
     return events
 
 
-def test_builds_run_jobs_at_a_time_and_come_in_the_order_asked(monkeypatch):
+def test_builds_run_parallel_at_a_time_and_come_in_the_order_asked(monkeypatch):
     seconds = {"epanet": 0.3, "sumo": 0.05, "gridlabd": 0.05, "toolkit": 0.05}
     events = _fake_builds(monkeypatch, seconds)
-    built = list(containers.build_images(None, list(seconds), REPO, jobs=2))
+    built = list(containers.build_images(None, list(seconds), REPO, parallel=2))
     assert [b.ref for b in built] == [f"localhost/whatif-{image}:0" for image in seconds]
-    assert max(count for _, _, count in events) == 2  # never more than jobs at once
+    assert max(count for _, _, count in events) == 2  # never more than parallel at once
     # the slow first build did not hold the others back: they ended before it did
     ends = [image for event, image, _ in events if event == "end"]
     assert ends[-1] == "epanet"
 
 
-def test_one_job_builds_one_after_another(monkeypatch):
+def test_one_at_a_time_builds_one_after_another(monkeypatch):
     seconds = {"epanet": 0.01, "sumo": 0.01, "toolkit": 0.01}
     events = _fake_builds(monkeypatch, seconds)
-    list(containers.build_images(None, list(seconds), REPO, jobs=1))
+    list(containers.build_images(None, list(seconds), REPO, parallel=1))
     assert [(e, i) for e, i, _ in events] == [
         (event, image) for image in seconds for event in ("start", "end")
     ]
@@ -232,7 +232,7 @@ def test_one_job_builds_one_after_another(monkeypatch):
 def test_a_failed_build_is_its_error_and_later_builds_do_not_begin(monkeypatch):
     seconds = {"epanet": 0.05, "sumo": 0.2, "gridlabd": 0.01, "opendc": 0.01, "toolkit": 0.01}
     events = _fake_builds(monkeypatch, seconds, failing="epanet")
-    builds = containers.build_images(None, list(seconds), REPO, jobs=2)
+    builds = containers.build_images(None, list(seconds), REPO, parallel=2)
     with pytest.raises(containers.ContainerError, match="^image epanet: build failed"):
         list(builds)
     started = [image for event, image, _ in events if event == "start"]
@@ -240,15 +240,15 @@ def test_a_failed_build_is_its_error_and_later_builds_do_not_begin(monkeypatch):
     assert {"epanet", "sumo"} <= {image for event, image, _ in events if event == "end"}
 
 
-@pytest.mark.parametrize("jobs", [0, -1, True, 1.5])
-def test_a_bad_number_of_build_jobs_is_refused(jobs):
-    with pytest.raises(ValueError, match="number of build jobs"):
-        list(containers.build_images(None, ["epanet"], REPO, jobs=jobs))
+@pytest.mark.parametrize("parallel", [0, -1, True, 1.5])
+def test_a_bad_number_of_builds_at_once_is_refused(parallel):
+    with pytest.raises(ValueError, match="number of builds at once"):
+        list(containers.build_images(None, ["epanet"], REPO, parallel=parallel))
 
 
-def test_the_build_command_says_jobs_and_its_default(capsys):
+def test_the_build_command_says_parallel_and_its_default(capsys):
     code, out, _ = run(capsys, "images", "build", "--help")
     help_text = " ".join(out.split())
     assert code == 0
     assert "images built at once" in help_text
-    assert f"(default: {containers.DEFAULT_BUILD_JOBS})" in help_text
+    assert f"(default: {containers.DEFAULT_PARALLEL_BUILDS})" in help_text

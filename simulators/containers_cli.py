@@ -67,8 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=DEFAULT_PARALLEL_BUILDS,
         help="images built at once (threads that wait on the engine, not worker processes like "
-        "the --jobs of generate); a build waits mostly on downloads and disk writes, so this "
-        "may exceed the number of cores (default: %(default)s)",
+        "the --jobs of generate); each running build needs its own temporary disk space, about "
+        "1-2 GB (default: %(default)s, one after another)",
     )
     build.set_defaults(handler=_build)
     check.add_argument(

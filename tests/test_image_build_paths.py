@@ -236,8 +236,16 @@ def test_a_failed_build_is_its_error_and_later_builds_do_not_begin(monkeypatch):
     with pytest.raises(containers.ContainerError, match="^image epanet: build failed"):
         list(builds)
     started = [image for event, image, _ in events if event == "start"]
-    assert "toolkit" not in started  # not begun after the failure was seen
-    assert {"epanet", "sumo"} <= {image for event, image, _ in events if event == "end"}
+    assert started == ["epanet", "sumo"]  # none begun once a build had failed
+    assert {"epanet", "sumo"} == {image for event, image, _ in events if event == "end"}
+
+
+def test_one_at_a_time_a_failed_build_stops_the_others(monkeypatch):
+    seconds = {"epanet": 0.01, "sumo": 0.01, "toolkit": 0.01}
+    events = _fake_builds(monkeypatch, seconds, failing="sumo")
+    with pytest.raises(containers.ContainerError, match="^image sumo: build failed"):
+        list(containers.build_images(None, list(seconds), REPO))
+    assert [image for event, image, _ in events if event == "start"] == ["epanet", "sumo"]
 
 
 @pytest.mark.parametrize("parallel", [0, -1, True, 1.5])
@@ -251,4 +259,4 @@ def test_the_build_command_says_parallel_and_its_default(capsys):
     help_text = " ".join(out.split())
     assert code == 0
     assert "images built at once" in help_text
-    assert f"(default: {containers.DEFAULT_PARALLEL_BUILDS})" in help_text
+    assert f"(default: {containers.DEFAULT_PARALLEL_BUILDS}, one after another)" in help_text

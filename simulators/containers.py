@@ -259,6 +259,11 @@ def build_image(
     return BuiltImage(ref, seconds, image_size(engine, ref))
 
 
+def build_log(logs: str | os.PathLike, image: str) -> Path:
+    """The build log of ``image`` in the folder ``logs`` (``whatif images build --logs``)."""
+    return Path(logs) / f"{image}.log"
+
+
 def build_images(
     engine: Engine,
     images: Sequence[str],
@@ -291,7 +296,7 @@ def build_images(
             raise ContainerError(f"image {image}: not built: an earlier build failed")
         if started is not None:
             started(image)
-        log = None if logs is None else Path(logs) / f"{image}.log"
+        log = None if logs is None else build_log(logs, image)
         try:
             return build_image(engine, image, repo, base, maven_repo, log)
         except BaseException:

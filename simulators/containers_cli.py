@@ -96,6 +96,7 @@ def _build(args: argparse.Namespace) -> int:
     from whatif_bench.outputs import check_regular, make_folder, real_path
     from whatif_bench.simulators.containers import (
         build_images,
+        build_log,
         check_build_log,
         check_log_folder,
         find_engine,
@@ -108,9 +109,10 @@ def _build(args: argparse.Namespace) -> int:
     if args.maven_repo:
         check_regular(Path(args.maven_repo).expanduser(), "Maven repository")
     logs = None if args.logs is None else check_log_folder(args.logs)
-    for image in _images(args):
+    images = _images(args)
+    for image in images:
         if logs is not None:
-            check_build_log(logs / f"{image}.log")
+            check_build_log(build_log(logs, image))
     engine = find_engine(args.engine)
     if logs is not None:
         make_folder(logs)
@@ -118,7 +120,6 @@ def _build(args: argparse.Namespace) -> int:
     def started(image: str) -> None:
         print(f"building {image} with {engine.name} ...", file=sys.stderr, flush=True)
 
-    images = _images(args)
     for built in build_images(
         engine, images, repo, args.base, args.maven_repo, logs, args.parallel, started
     ):

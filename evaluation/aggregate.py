@@ -42,20 +42,33 @@ MAX_RELATIVE_ERROR = 100.0
 TIE_TOLERANCE = 1e-9
 
 
-def relative_errors(errors: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """Task x model errors divided by the reference column, clipped as fev does."""
+def relative_error_matrix(errors: pd.DataFrame, reference: str) -> np.ndarray:
+    """(tasks, models) float64: each error divided by the reference model's error on the same
+    task, clipped to [MIN_RELATIVE_ERROR, MAX_RELATIVE_ERROR] as fev does; NaN stays NaN."""
     if reference not in errors.columns:
         raise ValueError(
             f"reference model {reference!r} has no results; models: {list(errors.columns)}"
         )
+    # row-major whatever the frame's own layout: the geometric mean then sums over tasks one
+    # row after another, in the order it always has (a column-major copy sums each column
+    # pairwise, which moves the last digit of a skill score)
+    values = np.ascontiguousarray(errors.to_numpy(dtype=np.float64))
+    column = list(errors.columns).index(reference)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = errors.divide(errors[reference], axis=0)
-    return ratio.clip(lower=MIN_RELATIVE_ERROR, upper=MAX_RELATIVE_ERROR)
+        ratio = values / values[:, [column]]
+    return np.clip(ratio, MIN_RELATIVE_ERROR, MAX_RELATIVE_ERROR)
+
+
+def relative_errors(errors: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Task x model errors divided by the reference column, clipped as fev does."""
+    return pd.DataFrame(
+        relative_error_matrix(errors, reference), index=errors.index, columns=errors.columns
+    )
 
 
 def skill_scores(errors: pd.DataFrame, reference: str) -> pd.Series:
     """``1 − gmean(clip(error / reference error))`` per model (the reference scores 0)."""
-    relative = relative_errors(errors, reference).to_numpy(dtype=np.float64)
+    relative = relative_error_matrix(errors, reference)
     with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)  # a model with no task is NaN
         geometric = np.exp(np.nanmean(np.log(relative), axis=0))
@@ -72,7 +85,7 @@ def ties(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def win_rates(errors: pd.DataFrame, reference: str) -> pd.Series:
     """Average share of tasks each model beats each other model on (ties half, self excluded):
     a win is a smaller clipped relative error that does not tie (``ties``)."""
-    relative = relative_errors(errors, reference).to_numpy(dtype=np.float64)
+    relative = relative_error_matrix(errors, reference)
     a, b = relative[:, :, None], relative[:, None, :]
     both = ~np.isnan(a) & ~np.isnan(b)  # tasks both models were scored on
     shared = both.sum(axis=0)

@@ -195,6 +195,7 @@ def build_image(
     base: str | None = None,
     maven_repo: str | os.PathLike | None = None,
     log: str | os.PathLike | None = None,
+    prune: bool = True,
 ) -> BuiltImage:
     """Build ``docker/<image>/Dockerfile`` from the repository root ``repo``.
 
@@ -206,7 +207,8 @@ def build_image(
     build's log too); an existing ``log`` is replaced only if it opens with that header
     (``check_build_log``). Every image the build makes is labelled ``BUILT_BY_LABEL=<image>``;
     after a successful build the untagged ones with that label are removed
-    (``remove_superseded``).
+    (``remove_superseded``), unless ``prune`` is false (``build_images`` removes them once its
+    last build is done, so that each build can reuse the layers the earlier ones made).
     """
     repo = check_regular(repo, "repository folder")
     dockerfile = repo / "docker" / image / "Dockerfile"
@@ -255,7 +257,8 @@ def build_image(
             + (f" (full log: {log_path})" if log_path else "")
             + _hint(engine, text)
         )
-    remove_superseded(engine, image)
+    if prune:
+        remove_superseded(engine, image)
     return BuiltImage(ref, seconds, image_size(engine, ref))
 
 
@@ -277,10 +280,13 @@ def build_images(
     """``build_image`` for each of ``images``, ``parallel`` builds at a time; yields each
     ``BuiltImage`` in the order of ``images``.
 
-    The images share no layer (each installs its own environment) and a build waits mostly on
-    downloads and on writing layers, so builds at once can overlap those waits; each running
-    build also holds its own layers in the engine's temporary storage, so the disk needs room
-    for all of them. ``logs`` is a folder for ``<image>.log``; ``started(image)`` is called as
+    The images share their first layers (Python, its virtual environment and the toolkit's
+    dependencies: the engine's layer cache makes them once), and the untagged images each build
+    leaves (``remove_superseded``) are removed only after the last build, so that the later
+    builds find those layers. Builds at once can overlap the waits on downloads and on writing
+    layers, but each running build also holds its own layers in the engine's temporary
+    storage, so the disk needs room for all of them (and two builds that start together both
+    install the shared layers). ``logs`` is a folder for ``<image>.log``; ``started(image)`` is called as
     each build begins. Once any build has failed no other begins; the first failure in the
     order of ``images`` is raised when its turn comes (builds already running finish: an
     engine cannot stop a build cleanly).
@@ -298,23 +304,30 @@ def build_images(
             started(image)
         log = None if logs is None else build_log(logs, image)
         try:
-            return build_image(engine, image, repo, base, maven_repo, log)
+            result = build_image(engine, image, repo, base, maven_repo, log, prune=False)
         except BaseException:
             failed.set()
             raise
+        built.append(image)
+        return result
 
-    if parallel == 1:
-        for image in images:
-            yield one(image)
-        return
-    pool = concurrent.futures.ThreadPoolExecutor(parallel, thread_name_prefix="whatif-build")
+    built: list[str] = []  # the images built, whose leftovers are removed at the end
     try:
-        futures = [pool.submit(one, image) for image in images]
-        for future in futures:
-            yield future.result()
+        if parallel == 1:
+            for image in images:
+                yield one(image)
+            return
+        pool = concurrent.futures.ThreadPoolExecutor(parallel, thread_name_prefix="whatif-build")
+        try:
+            futures = [pool.submit(one, image) for image in images]
+            for future in futures:
+                yield future.result()
+        finally:
+            failed.set()  # nothing begins after a failure, an interruption or an early stop
+            pool.shutdown(wait=True, cancel_futures=True)
     finally:
-        failed.set()  # nothing begins after a failure, an interruption or an early stop
-        pool.shutdown(wait=True, cancel_futures=True)
+        for image in built:
+            remove_superseded(engine, image)
 
 
 def remove_superseded(engine: Engine, image: str) -> None:

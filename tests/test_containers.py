@@ -271,6 +271,46 @@ def test_a_build_removes_the_untagged_images_it_left_and_only_those(
         subprocess.run([engine.path, "rmi", "-f", user_image], capture_output=True)
 
 
+def test_images_built_together_share_their_common_layers_and_leave_nothing(
+    engine, base, tmp_path, monkeypatch
+):
+    """Two images whose build stages begin with the same step, built by one ``build_images``:
+    the second build reuses the first's layer (the step's random token is the same in both
+    images), and afterwards neither leaves an untagged image with the toolkit's label."""
+    probes = ("shareprobe-a", "shareprobe-b")
+    monkeypatch.setattr(containers, "IMAGES", (*containers.IMAGES, *probes))
+    for probe in probes:
+        folder = tmp_path / "docker" / probe
+        folder.mkdir(parents=True)
+        (folder / "Dockerfile").write_text(
+            "ARG BASE=python:3.11-slim\nFROM ${BASE} AS build\n"
+            f"RUN echo {tmp_path.name}-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ') > /shared\n"
+            f"RUN echo {probe} > /own\n"
+            "FROM ${BASE}\nCOPY --from=build /shared /shared\nCOPY --from=build /own /own\n"
+        )
+    refs = [engine.image_ref(containers.image_name(probe)) for probe in probes]
+    try:
+        list(containers.build_images(engine, list(probes), tmp_path, base))
+        shared = [
+            subprocess.run(
+                [engine.path, "run", "--rm", ref, "cat", "/shared", "/own"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
+            for ref in refs
+        ]
+        assert shared[0][0] == shared[1][0] and shared[0][0].startswith(tmp_path.name)
+        assert [own for _, own in shared] == list(probes)
+        for probe in probes:
+            assert _untagged(engine, f"label={containers.BUILT_BY_LABEL}={probe}") == set()
+    finally:
+        for ref in refs:
+            subprocess.run([engine.path, "rmi", "-f", ref], capture_output=True)
+        for probe in probes:
+            containers.remove_superseded(engine, probe)
+
+
 def test_a_missing_image_is_one_error_line(engine, tmp_path):
     with pytest.raises(
         ContainerError, match=r"^image \S*whatif-nothing:1: step 'whatif --version' failed"

@@ -104,6 +104,12 @@ def win_rates(errors: pd.DataFrame, reference: str) -> pd.Series:
 def leaderboard(errors: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Skill score and win rate of every model, and the number of tasks it was scored on
     (``num_tasks``), sorted by win rate as fev sorts them (models without a score last)."""
-    table = pd.concat([win_rates(errors, reference), skill_scores(errors, reference)], axis=1)
-    table["num_tasks"] = errors.notna().sum(axis=0).astype(int)
+    table = pd.DataFrame(
+        {
+            "win_rate": win_rates(errors, reference),
+            "skill_score": skill_scores(errors, reference),
+            "num_tasks": np.count_nonzero(~np.isnan(errors.to_numpy(dtype=np.float64)), axis=0),
+        },
+        index=errors.columns,
+    )
     return table.sort_values("win_rate", ascending=False, kind="stable", na_position="last")

@@ -60,11 +60,13 @@ def sliced(per_task: pd.DataFrame, column: str, reference: str) -> pd.DataFrame:
     Each value's leaderboard is over the tasks of that value and the models that have rows
     for them (in the order they first appear there): the rows of one task x model table."""
     table = errors_table(per_task)
+    task_of_row = table.index.get_indexer(per_task["task_id"])  # (rows,) positions in table
+    model_of_row = per_task["model"].to_numpy(dtype=object)
     frames = []
-    for value, group in per_task.groupby(column, sort=True):
-        tasks = table.index.isin(group["task_id"].unique())
-        models = list(dict.fromkeys(group["model"]))
-        board = leaderboard(table.loc[tasks, models], reference)
+    for value, rows in per_task.groupby(column, sort=True).indices.items():
+        tasks = np.unique(task_of_row[rows])  # sorted positions: the table's task order
+        models = list(dict.fromkeys(model_of_row[rows]))  # rows ascend: first appearance
+        board = leaderboard(table.iloc[tasks][models], reference)
         board.insert(0, column, value)
         frames.append(board.reset_index(names="model"))
     return pd.concat(frames, ignore_index=True)

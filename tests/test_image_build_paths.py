@@ -184,8 +184,10 @@ def test_a_log_whatif_wrote_is_accepted_for_replacing(tmp_path):
 
 # `whatif images build --parallel N`: builds run N at a time and are reported in the order asked.
 def _fake_builds(monkeypatch, seconds: dict[str, float], failing: str | None = None):
-    """``build_image`` replaced by a sleep of ``seconds[image]`` (``failing`` raises); returns
-    the log of (event, image, builds running at that moment)."""
+    """``build_image`` replaced by a sleep of ``seconds[image]`` (``failing`` raises), and
+    ``remove_superseded`` by a record; returns the log of (event, image, builds running at that
+    moment), events ``start``, ``end`` and ``prune``. A build asked to prune its own leftovers
+    fails the test: ``build_images`` prunes after its last build."""
     import threading
     import time
 
@@ -193,7 +195,8 @@ def _fake_builds(monkeypatch, seconds: dict[str, float], failing: str | None = N
     running: set[str] = set()
     events: list[tuple[str, str, int]] = []
 
-    def fake(engine, image, repo, base=None, maven_repo=None, log=None):
+    def fake(engine, image, repo, base=None, maven_repo=None, log=None, prune=True):
+        assert not prune, "a build of build_images removed its leftovers itself"
         with lock:
             running.add(image)
             events.append(("start", image, len(running)))
@@ -205,7 +208,12 @@ def _fake_builds(monkeypatch, seconds: dict[str, float], failing: str | None = N
             raise containers.ContainerError(f"image {image}: build failed at step 'RUN x'")
         return containers.BuiltImage(f"localhost/whatif-{image}:0", seconds[image], 1)
 
+    def prune(engine, image):
+        with lock:
+            events.append(("prune", image, len(running)))
+
     monkeypatch.setattr(containers, "build_image", fake)
+    monkeypatch.setattr(containers, "remove_superseded", prune)
     return events
 
 
@@ -224,9 +232,11 @@ def test_one_at_a_time_builds_one_after_another(monkeypatch):
     seconds = {"epanet": 0.01, "sumo": 0.01, "toolkit": 0.01}
     events = _fake_builds(monkeypatch, seconds)
     list(containers.build_images(None, list(seconds), REPO, parallel=1))
+    # the leftovers of every build are removed after the last one (a later build reuses the
+    # layers an earlier one made)
     assert [(e, i) for e, i, _ in events] == [
         (event, image) for image in seconds for event in ("start", "end")
-    ]
+    ] + [("prune", image) for image in seconds]
 
 
 def test_a_failed_build_is_its_error_and_later_builds_do_not_begin(monkeypatch):
@@ -238,6 +248,9 @@ def test_a_failed_build_is_its_error_and_later_builds_do_not_begin(monkeypatch):
     started = [image for event, image, _ in events if event == "start"]
     assert started == ["epanet", "sumo"]  # none begun once a build had failed
     assert {"epanet", "sumo"} == {image for event, image, _ in events if event == "end"}
+    # only the build that succeeded is pruned, after both builds ended
+    assert [(e, i, n) for e, i, n in events if e == "prune"] == [("prune", "sumo", 0)]
+    assert events[-1][0] == "prune"
 
 
 def test_one_at_a_time_a_failed_build_stops_the_others(monkeypatch):
@@ -246,6 +259,7 @@ def test_one_at_a_time_a_failed_build_stops_the_others(monkeypatch):
     with pytest.raises(containers.ContainerError, match="^image sumo: build failed"):
         list(containers.build_images(None, list(seconds), REPO))
     assert [image for event, image, _ in events if event == "start"] == ["epanet", "sumo"]
+    assert [image for event, image, _ in events if event == "prune"] == ["epanet"]
 
 
 @pytest.mark.parametrize("parallel", [0, -1, True, 1.5])

@@ -56,6 +56,28 @@ def test_base_image_defaults_to_a_registry_python_and_can_be_replaced(dockerfile
     assert "command -v python3" in text and "python3-venv" in text
 
 
+def _build_stage_until_the_dependencies(text: str) -> list[str]:
+    """The instructions of a Dockerfile's build stage from its ``FROM`` through the step that
+    installs the toolkit's dependencies, comments left out, continuation lines joined."""
+    stage = text[text.index("FROM python AS build") :]
+    end = stage.index("--requirement /tmp/toolkit-requirements.txt")
+    end = stage.index("\n", stage.index("rm /tmp/toolkit-requirements.txt", end))
+    lines = [line for line in stage[:end].splitlines() if not line.lstrip().startswith("#")]
+    return [step.strip() for step in re.split(r"\n(?=[A-Z]+ )", "\n".join(lines))]
+
+
+def test_every_image_installs_the_dependencies_in_the_same_steps():
+    """The build stages begin with the same instructions up to the toolkit's dependencies, and
+    copy nothing but pyproject.toml before them: one image's build makes the layer and the
+    others reuse it (a change to one Dockerfile alone would silently install them again)."""
+    steps = {p.parent.name: _build_stage_until_the_dependencies(p.read_text()) for p in DOCKERFILES}
+    first = steps["epanet"]
+    assert [s for s in first if s.startswith("COPY")] == ["COPY pyproject.toml /src/pyproject.toml"]
+    assert "pip install" in first[-1] and "dependencies" in first[-1]
+    for image, own in steps.items():
+        assert own == first, image
+
+
 def test_opendc_image_builds_the_driver_with_debians_jdk_and_ships_a_jre():
     text = (REPO / "docker" / "opendc" / "Dockerfile").read_text()
     build, final = text.split("\nFROM python\n")

@@ -36,8 +36,9 @@ def errors_table(per_task: pd.DataFrame, metric: str = "wql") -> pd.DataFrame:
     first appear); NaN where a model failed on the task or has no row for it.
 
     A (task, model) given more than once takes its first value that is not NaN, as pandas'
-    ``pivot_table(aggfunc="first")`` does; built with numpy, it is that table 10-50x faster
-    (tests/test_report_tables.py compares the two)."""
+    ``pivot_table(aggfunc="first")`` does. It is built with numpy rather than by that pivot,
+    which took most of a report's leaderboard time (tests/test_report_tables.py checks that the
+    two tables are equal)."""
     models = list(dict.fromkeys(per_task["model"]))
     tasks, task_codes = np.unique(per_task["task_id"].to_numpy(dtype=object), return_inverse=True)
     model_codes = pd.Index(models).get_indexer(per_task["model"])

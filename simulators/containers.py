@@ -286,8 +286,8 @@ def build_images(
     builds find those layers. Builds at once can overlap the waits on downloads and on writing
     layers, but each running build also holds its own layers in the engine's temporary
     storage, so the disk needs room for all of them (and two builds that start together both
-    install the shared layers). ``logs`` is a folder for ``<image>.log``; ``started(image)`` is called as
-    each build begins. Once any build has failed no other begins; the first failure in the
+    install the shared layers). ``logs`` is a folder for ``<image>.log``; ``started(image)`` is
+    called as each build begins. Once any build has failed no other begins; the first failure in the
     order of ``images`` is raised when its turn comes (builds already running finish: an
     engine cannot stop a build cleanly).
     """

@@ -8,6 +8,7 @@ import contextlib
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,14 @@ def whatif_executable() -> list[str]:
     """The installed ``whatif`` console script (falls back to ``python -m``)."""
     script = shutil.which("whatif", path=os.path.dirname(sys.executable))
     return [script] if script else [sys.executable, "-m", "whatif_bench.cli"]
+
+
+def sigint_as_ctrl_c() -> None:
+    """``preexec_fn`` for a test that sends SIGINT to a command it starts: the child starts with
+    SIGINT at its default, so Python turns it into ``KeyboardInterrupt`` as at a terminal. A
+    shell starts a background job (``bash dev test &``) with SIGINT ignored, and a child
+    inherits that: Python then leaves it ignored and the Ctrl-C tests would wait in vain."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_whatif(*args: str, check: bool = False) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, sigint_as_ctrl_c
 from whatif_bench import __version__
 from whatif_bench.cli import main
 from whatif_bench.corpus.describe import Describer
@@ -483,6 +483,7 @@ def test_ctrl_c_of_the_real_command_removes_the_temporary_folder(corpus_path, tm
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_as_ctrl_c,
     )
     deadline = time.monotonic() + 120
     while not marker.exists() and time.monotonic() < deadline:

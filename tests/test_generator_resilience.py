@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli, whatif_executable
+from tests.conftest import run_cli, sigint_as_ctrl_c, whatif_executable
 from whatif_bench.generator import Corpus
 from whatif_bench.generator.selection import longest_window
 from whatif_bench.relationships import load_registry
@@ -34,7 +34,9 @@ def start_and_wait_for_partial(out, jobs="1", stderr=subprocess.DEVNULL):
         "--jobs",
         jobs,
     ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=sigint_as_ctrl_c
+    )
     from whatif_bench.outputs import temporary_path
 
     partial = temporary_path(out, pid=process.pid)

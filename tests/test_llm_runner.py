@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_main
+from tests.conftest import run_main, sigint_as_ctrl_c
 from whatif_bench.evaluation.llm_client import ChatClient
 from whatif_bench.evaluation.llm_prompt import (
     FatalModelError,
@@ -832,6 +832,7 @@ def test_ctrl_c_stops_at_once_and_a_second_run_resumes(capsys, tmp_path, export,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_as_ctrl_c,
     )
     try:
         deadline = time.monotonic() + 60

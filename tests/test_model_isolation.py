@@ -34,6 +34,7 @@ from tests.conftest import (
     run_main,
     run_whatif,
     run_whatif_drawing_one_skill_plot,
+    sigint_as_ctrl_c,
     whatif_executable,
 )
 from whatif_bench.evaluation import runner
@@ -471,7 +472,13 @@ def test_ctrl_c_during_a_model_s_predict_stops_the_run_and_its_child(tmp_path, c
     out = tmp_path / "o"
     command = [*whatif_executable(), "evaluate", str(corpus), "--jobs", "1", "--models"]
     command += [f"{models}:HangsHere,naive", "--out", str(out)]  # the default limit: 600 s
-    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_as_ctrl_c,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not marker.exists():
@@ -500,7 +507,12 @@ def test_ctrl_c_with_worker_processes_stops_the_whole_run(tmp_path, corpus):
     command = [*whatif_executable(), "evaluate", str(corpus), "--jobs", "2", "--model-timeout"]
     command += ["0", "--models", f"{models}:HangsHere,naive", "--out", str(tmp_path / "o")]
     run = subprocess.Popen(  # a session of its own: Ctrl-C reaches its whole process group
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=sigint_as_ctrl_c,
     )
     try:
         deadline = time.monotonic() + 60

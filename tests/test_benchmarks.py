@@ -1,0 +1,50 @@
+"""The benchmark scripts run and print every row they promise (their figures are not checked:
+speed is measured, never asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.mark.slow  # about 6 s: each filter in its own process
+def test_compression_benchmark_writes_and_reads_every_filter(one_target_corpus):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import bench_compression
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "bench_compression.py"),
+            "--corpus",
+            str(one_target_corpus),
+        ]
+        + ["--repeats", "1", "--reads", "20"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {line[:30].strip(): line[30:].split() for line in done.stdout.splitlines()[2:]}
+    assert set(rows) == set(bench_compression.FILTERS)
+    try:
+        import hdf5plugin  # noqa: F401
+
+        plugin = True
+    except ImportError:
+        plugin = False
+    for name, (_, needs_plugin) in bench_compression.FILTERS.items():
+        if needs_plugin and not plugin:
+            assert rows[name][:3] == ["(needs", "the", "hdf5plugin"]
+        else:  # size, its share of the raw bytes, four timings, the random read and the peak
+            assert len(rows[name]) == 8, rows[name]
+            assert 0 < float(rows[name][1]) <= 1.01
+    sizes = {name: float(rows[name][0].replace(",", "")) for name in ("none", "lzf", "gzip-1")}
+    assert sizes["gzip-1"] < sizes["lzf"] < sizes["none"]

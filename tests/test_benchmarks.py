@@ -34,12 +34,7 @@ def test_compression_benchmark_writes_and_reads_every_filter(one_target_corpus):
     assert done.returncode == 0, done.stderr
     rows = {line[:30].strip(): line[30:].split() for line in done.stdout.splitlines()[2:]}
     assert set(rows) == set(bench_compression.FILTERS)
-    try:
-        import hdf5plugin  # noqa: F401
-
-        plugin = True
-    except ImportError:
-        plugin = False
+    plugin = bench_compression.have_hdf5plugin()
     for name, (_, needs_plugin) in bench_compression.FILTERS.items():
         if needs_plugin and not plugin:
             assert rows[name][:3] == ["(needs", "the", "hdf5plugin"]

@@ -43,3 +43,27 @@ def test_compression_benchmark_writes_and_reads_every_filter(one_target_corpus):
             assert 0 < float(rows[name][1]) <= 1.01
     sizes = {name: float(rows[name][0].replace(",", "")) for name in ("none", "lzf", "gzip-1")}
     assert sizes["gzip-1"] < sizes["lzf"] < sizes["none"]
+
+
+@pytest.mark.slow  # about 4 s
+def test_reading_benchmark_times_each_mode_against_its_reference(one_target_corpus):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_reading.py"), "--corpus", str(one_target_corpus)]
+        + ["--random", "20", "--sequential", "30", "--batched", "100", "--batch", "16"]
+        + ["--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for mode in ("random corpus[id], 20 tasks", "sequential, 30 tasks", "batched (16), 100 tasks"):
+        rows = [
+            line.split()[-4:] if "random" in mode else line.split()[-2:]
+            for line in lines
+            if line.startswith(mode)
+        ]
+        assert len(rows) == 2, (mode, done.stdout)  # toolkit, then reference
+        assert all(float(value) > 0 for row in rows for value in row), done.stdout
+    ratios = [line for line in lines if "ratio toolkit / reference: CPU" in line]
+    assert len(ratios) == 3 and "median" in ratios[0] and "p90" in ratios[0], done.stdout

@@ -222,3 +222,31 @@ def test_scores_equal_the_full_task_path(corpus_path, units):
     assert frame["task_id"].tolist() == expected["task_id"].tolist()
     assert np.array_equal(frame["wql"].to_numpy(), expected["wql"].to_numpy())
     assert np.array_equal(frame["wape"].to_numpy(), expected["wape"].to_numpy())
+
+
+def _same(a, b) -> bool:
+    """Equal values of the same type, arrays compared by dtype, shape and bytes."""
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and a == b
+
+
+def test_a_task_read_by_id_is_the_one_built_from_its_pandas_row(corpus_path):
+    # corpus[id] reads the pair's row from numpy columns; the row pandas gives (pairs.iloc) is
+    # the reference: every field the same, value and type
+    import dataclasses
+
+    with Corpus(corpus_path) as corpus:
+        for task_id in corpus.task_ids():
+            pair_id, _, future = task_id.rpartition("/")
+            reference = corpus._task(corpus.pairs.iloc[corpus._rows[pair_id]], future)
+            task = corpus[task_id]
+            for field in dataclasses.fields(task):
+                assert _same(getattr(task, field.name), getattr(reference, field.name)), (
+                    task_id,
+                    field.name,
+                )

@@ -21,7 +21,6 @@ import pandas as pd
 from whatif_bench.corpus import axes
 from whatif_bench.corpus.axes import FUTURES, HistoryLayout
 from whatif_bench.corpus.fileformat import (
-    DATA_DATASETS,
     FORMAT,
     FORMAT_VERSION,
     PAIR_COLUMNS,
@@ -579,10 +578,15 @@ class Corpus:
         history_covariates = self._slice(
             "history_covariates", int(row["history_covariates_offset"]), k * context
         ).reshape(k, context)
-        futures = self._slice("future_target", int(row["future_target_offset"]), 2 * prediction)
-        future_covariates = self._slice(
-            "future_covariates", int(row["future_covariates_offset"]), 2 * k * prediction
-        ).reshape(2, k, prediction)
+        # only this task's future of the pair's two (a Restraint task reads Replay's, unused)
+        future_target = self._slice(
+            "future_target", int(row["future_target_offset"]) + index * prediction, prediction
+        )
+        future_covariates_of = self._slice(
+            "future_covariates",
+            int(row["future_covariates_offset"]) + index * k * prediction,
+            k * prediction,
+        ).reshape(k, prediction)
         start = int(row["window_start"])
         baseline = self._baseline_cached(row["simulator"], row["target"])
         window = baseline[start : start + context + prediction].astype(np.float32)
@@ -591,8 +595,6 @@ class Corpus:
         info = self._target_info(row["simulator"], row["target"])
         units = {row["target"]: info["unit"]}
         recipe = self.recipe(row)
-        future_covariates_of = future_covariates[index]
-        future_target = futures[index * prediction : (index + 1) * prediction]
         if restraint:  # nothing moves: base covariates, and the counterfactual as the truth
             bases = [summary["base_value"][c] for c in covariates]
             future_covariates_of = np.repeat(

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from default_corpus import corpus_or_default
 
 # name -> (h5py create_dataset keyword arguments, needs hdf5plugin)
 FILTERS: dict[str, tuple[dict, bool]] = {
@@ -150,17 +151,7 @@ def main() -> None:
         )
         return
     folder = tempfile.TemporaryDirectory()
-    corpus = Path(args.corpus) if args.corpus else Path(folder.name) / "corpus.h5"
-    if not args.corpus:
-        from whatif_bench.generator import GenerationConfig, generate
-        from whatif_bench.simulators import shipped_baselines_path
-
-        started = time.perf_counter()
-        generate(
-            GenerationConfig(baselines=str(shipped_baselines_path()), out=str(corpus)),
-            progress=False,
-        )
-        print(f"generated the default corpus in {time.perf_counter() - started:.1f} s")
+    corpus = corpus_or_default(args.corpus, folder.name)
     plugin = have_hdf5plugin()
     rows: dict[str, dict | None] = {}
     for name, (_, needs_plugin) in FILTERS.items():

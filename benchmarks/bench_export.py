@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from default_corpus import corpus_or_default
+
 
 def _phase(name: str, corpus: str, out: str, fmt: str) -> dict:
     from whatif_bench.export import export_corpus
@@ -51,16 +53,7 @@ def main() -> None:
         print(json.dumps(_phase(args.phase, args.corpus, args.out, args.format)))
         return
     folder = tempfile.TemporaryDirectory()
-    path = Path(args.corpus) if args.corpus else Path(folder.name) / "corpus.h5"
-    if not args.corpus:
-        from whatif_bench.generator import GenerationConfig, generate
-        from whatif_bench.simulators import shipped_baselines_path
-
-        started = time.perf_counter()
-        generate(
-            GenerationConfig(baselines=str(shipped_baselines_path()), out=str(path)), progress=False
-        )
-        print(f"generated the default corpus in {time.perf_counter() - started:.1f} s")
+    path = corpus_or_default(args.corpus, folder.name)
     results = {}
     for phase in ("read", "export"):
         out = str(Path(folder.name) / "export") if phase == "export" else ""

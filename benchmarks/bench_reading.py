@@ -34,6 +34,7 @@ from itertools import islice
 from pathlib import Path
 
 import numpy as np
+from default_corpus import corpus_or_default
 
 DATASETS = ("history_target", "history_covariates", "future_target", "future_covariates")
 
@@ -200,16 +201,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs, median kept (default 3)")
     args = parser.parse_args()
     folder = tempfile.TemporaryDirectory()
-    path = Path(args.corpus) if args.corpus else Path(folder.name) / "corpus.h5"
-    if not args.corpus:
-        from whatif_bench.generator import GenerationConfig, generate
-        from whatif_bench.simulators import shipped_baselines_path
-
-        started = time.perf_counter()
-        generate(
-            GenerationConfig(baselines=str(shipped_baselines_path()), out=str(path)), progress=False
-        )
-        print(f"generated the default corpus in {time.perf_counter() - started:.1f} s")
+    path = corpus_or_default(args.corpus, folder.name)
     results = measure(path, args)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"corpus {path}; medians of {args.repeats} runs; peak RSS {peak:,.0f} MiB")

@@ -106,6 +106,12 @@ def _timed(run: Callable[[], list[float]]) -> tuple[float, float, list[float]]:
     return _cpu() - cpu, time.perf_counter() - wall, per_item
 
 
+def _ratio(toolkit: float, reference: float) -> str:
+    """``toolkit / reference`` as ``1.23x``; ``n/a`` when the reference took no measurable
+    time (CPU time is counted in clock ticks: a tiny run can read as 0)."""
+    return f"{toolkit / reference:.2f}x" if reference > 0 else "n/a"
+
+
 def measure(path: Path, args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]]]:
     """mode -> {"toolkit", "reference"} -> figures (medians over the repeats)."""
     from whatif_bench.corpus import Corpus
@@ -211,10 +217,10 @@ def main() -> None:
             each = f"{r['median'] * 1e6:>10.0f} {r['p90'] * 1e6:>8.0f}" if "median" in r else ""
             print(f"{mode:<36} {who:<10} {r['cpu']:>7.2f} {r['wall']:>7.2f} {each}")
         tool, ref = by["toolkit"], by["reference"]
-        ratio = f"ratio toolkit / reference: CPU {tool['cpu'] / ref['cpu']:.2f}x"
+        ratio = f"ratio toolkit / reference: CPU {_ratio(tool['cpu'], ref['cpu'])}"
         if "median" in tool:
-            ratio += f", median {tool['median'] / ref['median']:.2f}x"
-            ratio += f", p90 {tool['p90'] / ref['p90']:.2f}x"
+            ratio += f", median {_ratio(tool['median'], ref['median'])}"
+            ratio += f", p90 {_ratio(tool['p90'], ref['p90'])}"
         print(f"{'':<36} {ratio}")
 
 

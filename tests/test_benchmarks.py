@@ -64,6 +64,10 @@ def test_reading_benchmark_times_each_mode_against_its_reference(one_target_corp
             if line.startswith(mode)
         ]
         assert len(rows) == 2, (mode, done.stdout)  # toolkit, then reference
-        assert all(float(value) > 0 for row in rows for value in row), done.stdout
+        # CPU and wall seconds, printed to 0.01 s, may read 0.00 for so few tasks on a fast
+        # machine; the per-task median and p90 (whole µs) may not
+        assert all(float(value) >= 0 for row in rows for value in row), done.stdout
+        if "random" in mode:
+            assert all(float(value) > 0 for row in rows for value in row[2:]), done.stdout
     ratios = [line for line in lines if "ratio toolkit / reference: CPU" in line]
     assert len(ratios) == 3 and "median" in ratios[0] and "p90" in ratios[0], done.stdout

@@ -206,7 +206,7 @@ def skill_figure(per_task: pd.DataFrame, reference: str, axis: str) -> Figure:
     never a line joining values. The reference model scores 0 by definition: it is the zero line,
     not a bar. A score below ``SKILL_FLOOR`` is drawn cut at the floor with its value written.
     """
-    from whatif_bench.figures import literal, new_figure
+    from whatif_bench.figures import inch_margins, literal, new_figure
 
     column = slices()[axis]
     splits = [("future", f) for f in sorted(per_task["future"].unique())]
@@ -215,8 +215,13 @@ def skill_figure(per_task: pd.DataFrame, reference: str, axis: str) -> Figure:
     models = list(dict.fromkeys(per_task["model"]))
     shown = [m for m in models if m != reference]
     colours = {m: f"C{i % 10}" for i, m in enumerate(shown)}
-    figure = new_figure(3.6 * len(splits) + 1.6, 3.6, layout="constrained")
-    axes = figure.subplots(1, len(splits), squeeze=False, sharey=True)[0]
+    # a fixed layout, margins in inches (the labels' font sizes are fixed too): a layout engine
+    # makes every save draw the figure twice, and that was half of the five plots' time
+    figure = new_figure(3.6 * len(splits) + 1.6, 3.6)
+    margins = inch_margins(figure, left=0.6, right=0.15, bottom=0.7, top=0.55)
+    axes = figure.subplots(
+        1, len(splits), squeeze=False, sharey=True, gridspec_kw={**margins, "wspace": 0.06}
+    )[0]
     tables = [
         sliced(per_task[per_task[split] == value], column, reference) for split, value in splits
     ]
@@ -264,7 +269,7 @@ def skill_figure(per_task: pd.DataFrame, reference: str, axis: str) -> Figure:
     cut = f"; bars cut at {floor:g}" if floor > low else ""
     axes[0].set_ylabel(f"skill score vs {literal(reference)} (wQL{cut})", fontsize=8)
     handles, labels = axes[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
+    figure.legend(handles, labels, loc="lower center", ncols=len(labels), fontsize=8)
     by = "future type" if axis == "simulator" else "future type and per simulator"
     figure.suptitle(
         f"Skill score vs {literal(reference)} by {slice_labels()[axis].split(':')[0]}, one panel "

@@ -218,6 +218,38 @@ def test_skill_plot_draws_categories_as_bars_never_joined(per_task, axis):
     assert ("per simulator" in suptitle) == (axis != "simulator")
 
 
+LONG_NAME = "a-forecaster-with-a-rather-long-name"
+
+
+@pytest.mark.parametrize(
+    ("axis", "renamed"),
+    [*[(a, {}) for a in SLICES if a != "future"], ("simulator", {"ridge": LONG_NAME})],
+)
+@pytest.mark.one_quick  # about 1 s over all its cases
+def test_skill_plot_keeps_every_label_inside_the_figure_and_apart(per_task, axis, renamed):
+    """The plot is laid out by hand (fixed margins in inches): every panel with its title, tick
+    labels and axis labels, the legend and the title lie inside the saved image, none on another."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    scores = per_task.assign(model=per_task["model"].replace(renamed))
+    figure = skill_figure(scores, "naive", axis)
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    figure.draw(renderer)
+    boxes = {f"panel {i}": panel.get_tightbbox(renderer) for i, panel in enumerate(figure.axes)}
+    boxes["legend"] = figure.legends[0].get_window_extent(renderer)
+    boxes["title"] = figure._suptitle.get_window_extent(renderer)
+    canvas = figure.bbox
+    for name, box in boxes.items():
+        assert canvas.x0 - 0.5 <= box.x0 and box.x1 <= canvas.x1 + 0.5, (name, box, canvas)
+        assert canvas.y0 - 0.5 <= box.y0 and box.y1 <= canvas.y1 + 0.5, (name, box, canvas)
+    names = list(boxes)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            a, b = boxes[first], boxes[second]
+            apart = a.x1 <= b.x0 or b.x1 <= a.x0 or a.y1 <= b.y0 or b.y1 <= a.y0
+            assert apart, f"{first} {a} overlaps {second} {b}"
+
+
 # ---- baseline overviews ----------------------------------------------------------------------
 
 

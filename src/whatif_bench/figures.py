@@ -32,6 +32,21 @@ def new_figure(
     return Figure(figsize=(width, height), layout=layout)
 
 
+def inch_margins(
+    figure: Figure, *, left: float, right: float, bottom: float, top: float
+) -> dict[str, float]:
+    """``left``/``right``/``bottom``/``top`` margins in inches as the figure fractions
+    ``Figure.subplots(gridspec_kw=...)`` takes, for a figure laid out by hand (no layout
+    engine): margins that hold labels of fixed font sizes whatever the figure's size."""
+    width, height = figure.get_size_inches()
+    return {
+        "left": left / width,
+        "right": 1.0 - right / width,
+        "bottom": bottom / height,
+        "top": 1.0 - top / height,
+    }
+
+
 def save_png(
     figure: Figure,
     path: str | os.PathLike,

@@ -1,7 +1,7 @@
 """Tasks/s, wall time and peak memory of PyTorch DataLoaders over the stream and the corpus.
 
     python benchmarks/bench_dataloader.py [--count N] [--batch-size B] [--simulators S ...]
-                                          [--benchmark-worlds] [--corpus FILE]
+                                          [--benchmark-worlds] [--corpus FILE] [--repeats 3]
 
 Each phase runs in its own process so its peak RSS is its own (the largest worker's is shown
 apart). The references are plain loops in one process: ``TaskStream`` turning each task into
@@ -12,13 +12,15 @@ its workers' (summed), so wall times on a loaded machine can be read against the
 first draws one task outside the timed range, so numba's compilation is not timed. The stream
 draws from the training worlds of ``--simulators`` (built and cached on first use) unless
 ``--benchmark-worlds``; without ``--corpus``, a corpus of a few EPANET and GridLAB-D targets is
-generated first.
+generated first. Each phase runs ``--repeats`` times; the run of median wall time is shown, and
+the ratios are of those medians. The load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -93,13 +95,32 @@ def _phase(args) -> dict:
     }
 
 
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=2000, help="stream tasks per phase")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--simulators", nargs="+", default=["epanet", "gridlabd"])
-    parser.add_argument("--benchmark-worlds", action="store_true")
-    parser.add_argument("--corpus")
+    parser.add_argument(
+        "--count", type=int, default=2000, help="stream tasks per phase (default 2000)"
+    )
+    parser.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
+    parser.add_argument(
+        "--simulators",
+        nargs="+",
+        default=["epanet", "gridlabd"],
+        help="simulators the stream draws from (default: epanet gridlabd)",
+    )
+    parser.add_argument(
+        "--benchmark-worlds",
+        action="store_true",
+        help="stream from the benchmark baselines, not the training worlds",
+    )
+    parser.add_argument("--corpus", help="corpus file (default: generate a small one)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs per phase, median shown (default 3)"
+    )
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
@@ -120,19 +141,24 @@ def main() -> None:
     if not args.benchmark_worlds:
         _stream(args).entries()  # builds missing training worlds once, before any timing
     phases = ("stream-loop", "stream-0", "stream-2", "corpus-loop", "corpus-0", "corpus-2")
+    load_before = _load()
     results = {}
     for phase in phases:
         command = [sys.executable, __file__, "--phase", phase, "--corpus", args.corpus]
         command += ["--count", str(args.count), "--batch-size", str(args.batch_size)]
         command += ["--simulators", *args.simulators]
         command += ["--benchmark-worlds"] if args.benchmark_worlds else []
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
-        results[phase] = json.loads(done.stdout.strip().splitlines()[-1])
+        runs = []
+        for _ in range(args.repeats):
+            done = subprocess.run(command, capture_output=True, text=True, check=True)
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        results[phase] = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
     worlds = "benchmark baselines" if args.benchmark_worlds else "training worlds"
     print(
         f"stream: {args.count:,} tasks of {' '.join(args.simulators)} ({worlds}), seed {SEED}; "
         f"corpus {args.corpus} ({Path(args.corpus).stat().st_size / 2**20:,.0f} MiB); "
-        f"batch size {args.batch_size}"
+        f"batch size {args.batch_size}; median of {args.repeats} runs per phase; "
+        f"load average {load_before} before, {_load()} after"
     )
     labels = {
         "stream-loop": "reference: TaskStream -> task_item",

@@ -302,7 +302,7 @@ def collate_tasks(
     arrays = _fields(items, (*HISTORY_ARRAYS, *FUTURE_ARRAYS))
     ints = _fields(items, INT_FIELDS)
     texts = _fields(items, TEXT_FIELDS)
-    numbers = {name: [_integer(item[name], name) for item in items] for name in ints}
+    numbers = {name: _integers(items, name) for name in ints}
     k_max = max(numbers["k"]) if k_max is None else k_max
     context_max = max(numbers["context_length"]) if context_max is None else context_max
     horizon_max = max(numbers["prediction_length"]) if horizon_max is None else horizon_max
@@ -318,10 +318,7 @@ def collate_tasks(
     # one storage per dtype: a worker hands a batch over in 3 shared-memory segments, not 25
     batch = _carve(ITEM_DTYPE, shapes)
     for name in arrays:
-        out = batch[name].numpy()
-        place = place_history if name in HISTORY_ARRAYS else place_future
-        for row, item in enumerate(items):
-            place(out[row], _values(item[name], name))
+        _place_rows(batch[name].numpy(), items, name)
     masks: dict[str, tuple[int, ...]] = {
         "history_mask": (size, context_max),
         "future_mask": (size, horizon_max),
@@ -365,6 +362,28 @@ def _fields(items: Sequence[Mapping], names: Sequence[str]) -> list[str]:
     return [name for name in names if not missing[name]]
 
 
+def _place_rows(out: np.ndarray, items: Sequence[Mapping], name: str) -> None:
+    """Each item's ``name`` array into its row of the zeroed ``out`` (B, L) or (B, R, L), as
+    ``place_history`` or ``place_future`` places one (they trim a long history or raise the
+    error); the common case, an array that fits, is placed here without their per-call work."""
+    place = place_history if name in HISTORY_ARRAYS else place_future
+    history, length = place is place_history, out.shape[-1]
+    for row, item in enumerate(items):
+        values = _values(item[name], name)
+        steps = values.shape[-1]
+        if steps > length or (values.ndim == 2 and values.shape[0] > out.shape[1]):
+            place(out[row], values)
+        elif values.ndim == 1:
+            if history:
+                out[row, length - steps :] = values
+            else:
+                out[row, :steps] = values
+        elif history:
+            out[row, : values.shape[0], length - steps :] = values
+        else:
+            out[row, : values.shape[0], :steps] = values
+
+
 def _values(value, name: str) -> np.ndarray:
     """An item's array as numpy float32, shaped as ``ROW_NDIM`` says: a numpy array, a
     (CPU) tensor, or nested lists as ``datasets`` and ``pyarrow`` give them."""
@@ -380,6 +399,14 @@ def _values(value, name: str) -> np.ndarray:
         shape = "(K, T)" if ndim == 2 else "(T,)"
         raise StreamError(f"cannot collate: {name} is not a {shape} array of numbers")
     return value
+
+
+def _integers(items: Sequence[Mapping], name: str) -> list[int]:
+    """The items' ``name`` values as ints (``_integer`` checks each unless all are ints)."""
+    values = [item[name] for item in items]
+    if all(type(value) is int for value in values):  # not bool: its type is bool
+        return values
+    return [_integer(value, name) for value in values]
 
 
 def _integer(value, name: str) -> int:

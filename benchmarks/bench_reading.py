@@ -9,8 +9,9 @@ bytes with h5py from the offsets in ``/pairs`` (docs/CORPUS_FORMAT.md) and build
 - random: ``corpus[task_id]`` (a whole ``Task``) for ``--random`` tasks in a seeded order,
   against the four slices of each task (history target and covariates, the future's
   covariates and target); median and 90th percentile per task;
-- sequential: ``Corpus`` iterated in its order for the first ``--sequential`` tasks, against the
-  same four slices per task in the same order;
+- sequential: ``Corpus`` iterated in its order for the first ``--sequential`` tasks, against
+  the same tasks read in the same chunks as ``Corpus`` reads them (``ITER_CHUNK`` tasks: one
+  slice per dataset, cut in memory);
 - batched: ``corpus.task_inputs(ids)`` and ``corpus.ground_truths(ids)`` (what ``whatif
   evaluate`` reads) for the first ``--batched`` tasks in the file's order (pair by pair, as the
   arrays are stored) in batches of ``--batch``, against one slice per dataset per batch, cut in
@@ -115,6 +116,7 @@ def _ratio(toolkit: float, reference: float) -> str:
 def measure(path: Path, args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]]]:
     """mode -> {"toolkit", "reference"} -> figures (medians over the repeats)."""
     from whatif_bench.corpus import Corpus
+    from whatif_bench.corpus.reader import ITER_CHUNK
 
     with Corpus(path) as corpus:
         ids = corpus.task_ids()
@@ -153,8 +155,8 @@ def measure(path: Path, args: argparse.Namespace) -> dict[str, dict[str, dict[st
 
     def sequential_reference() -> list[float]:
         raw = RawTasks(path)
-        for task_id in sequential:
-            raw.task(task_id)
+        for first in range(0, len(sequential), ITER_CHUNK):
+            raw.batch(sequential[first : first + ITER_CHUNK])
         raw.close()
         return []
 

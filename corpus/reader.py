@@ -49,12 +49,29 @@ def recipe_record(recipe: Recipe, future: str, shapes: list[str], base_values: l
         "directions": recipe.directions.tolist(),
         "factors": recipe.factors.tolist(),
         "replay_source": recipe.replay_source,
-        "future_factors": {"replay": recipe.replay_factors, "novel": recipe.novel_factors}.get(
-            future, np.ones(len(shapes))
-        ).tolist(),  # Restraint: every factor 1
+        "future_factors": (
+            recipe.replay_factors.tolist()
+            if future == "replay"
+            else recipe.novel_factors.tolist()
+            if future == "novel"
+            else [1.0] * len(shapes)  # Restraint: every factor 1
+        ),
         "shapes": list(shapes),
         "base_values": list(base_values),
     }
+
+
+# the array datasets of /data a task reads its slices of
+TASK_ARRAYS = ("history_target", "history_covariates", "future_target", "future_covariates")
+# tasks read together when a view is iterated: at most about 10 MiB of arrays (64 tasks of
+# 8,000 history steps and 5 covariates)
+ITER_CHUNK = 64
+
+
+def _own(values: np.ndarray) -> np.ndarray:
+    """``values`` itself when it owns its memory, else a copy (a task never keeps a block of
+    its neighbours' arrays alive)."""
+    return values if values.base is None else values.copy()
 
 
 class CorpusError(WhatIfError):
@@ -309,8 +326,29 @@ class Corpus:
         return self.tasks_frame()["task_id"].tolist()
 
     def __iter__(self) -> Iterator[Task]:
-        for task_id in self.task_ids():
-            yield self[task_id]
+        """The view's tasks in ``task_ids()`` order, each as ``self[task_id]`` gives it.
+
+        ``ITER_CHUNK`` tasks are read together: one read per array dataset when they lie close
+        in the file (``_slices``), then each task gets its own copy of its arrays."""
+        columns = self._pair_columns()
+        ids = self.task_ids()
+        for first in range(0, len(ids), ITER_CHUNK):
+            rows, futures = [], []
+            for task_id in ids[first : first + ITER_CHUNK]:
+                pair_id, _, future = task_id.rpartition("/")
+                position = self._rows[pair_id]
+                rows.append({name: values[position] for name, values in columns.items()})
+                futures.append(future)
+            places = [
+                self._array_places(row, future) for row, future in zip(rows, futures, strict=True)
+            ]
+            read = {
+                name: self._slices(name, [p[name][0] for p in places], [p[name][1] for p in places])
+                for name in TASK_ARRAYS
+            }
+            for i, (row, future) in enumerate(zip(rows, futures, strict=True)):
+                arrays = {name: _own(read[name][i]) for name in TASK_ARRAYS}
+                yield self._task(row, future, arrays)
 
     # ---- one task ----------------------------------------------------------------------
     def __getitem__(self, task_id: str) -> Task:
@@ -571,23 +609,36 @@ class Corpus:
             )
         return self._infos[key]
 
-    def _task(self, row, future: str) -> Task:
+    @staticmethod
+    def _array_places(row, future: str) -> dict[str, tuple[int, int]]:
+        """``/data/<name>`` -> (offset, size) of one task's slice of each of ``TASK_ARRAYS``:
+        only its own future of the pair's two (a Restraint task reads Replay's, unused)."""
+        k, context, prediction = int(row["k"]), int(row["context"]), int(row["prediction"])
+        index = 0 if future == axes.RESTRAINT else FUTURES.index(future)
+        return {
+            "history_target": (int(row["history_target_offset"]), context),
+            "history_covariates": (int(row["history_covariates_offset"]), k * context),
+            "future_target": (int(row["future_target_offset"]) + index * prediction, prediction),
+            "future_covariates": (
+                int(row["future_covariates_offset"]) + index * k * prediction,
+                k * prediction,
+            ),
+        }
+
+    def _task(self, row, future: str, arrays: dict[str, np.ndarray] | None = None) -> Task:
+        """The task of one ``pairs`` row and future; ``arrays`` are its flat slices of
+        ``TASK_ARRAYS`` when already read (else they are read here)."""
         k, context, prediction = int(row["k"]), int(row["context"]), int(row["prediction"])
         restraint = future == axes.RESTRAINT
-        index = 0 if restraint else FUTURES.index(future)
-        history_target = self._slice("history_target", int(row["history_target_offset"]), context)
-        history_covariates = self._slice(
-            "history_covariates", int(row["history_covariates_offset"]), k * context
-        ).reshape(k, context)
-        # only this task's future of the pair's two (a Restraint task reads Replay's, unused)
-        future_target = self._slice(
-            "future_target", int(row["future_target_offset"]) + index * prediction, prediction
-        )
-        future_covariates_of = self._slice(
-            "future_covariates",
-            int(row["future_covariates_offset"]) + index * k * prediction,
-            k * prediction,
-        ).reshape(k, prediction)
+        if arrays is None:
+            arrays = {
+                name: self._slice(name, offset, size)
+                for name, (offset, size) in self._array_places(row, future).items()
+            }
+        history_target = arrays["history_target"]
+        history_covariates = arrays["history_covariates"].reshape(k, context)
+        future_target = arrays["future_target"]
+        future_covariates_of = arrays["future_covariates"].reshape(k, prediction)
         start = int(row["window_start"])
         baseline = self._baseline_cached(row["simulator"], row["target"])
         window = baseline[start : start + context + prediction].astype(np.float32)
@@ -635,7 +686,7 @@ class Corpus:
             int(row["context"]),
             int(row["prediction"]),
             int(row["event_length"]),
-            tuple(int(s) for s in events["start"][e0 : e0 + n_events]),
+            tuple(events["start"][e0 : e0 + n_events].tolist()),  # Python ints
         )
         key = PairKey.from_values(row["target"], row)
         return Recipe(

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import small_corpus
-from whatif_bench.corpus.reader import CorpusError
+from whatif_bench.corpus.reader import ITER_CHUNK, CorpusError
 from whatif_bench.evaluation import evaluate, runner
 from whatif_bench.evaluation.forecasters import Forecast, TaskInput
 from whatif_bench.generator import Corpus
@@ -233,6 +233,34 @@ def _same(a, b) -> bool:
     if isinstance(a, list | tuple):
         return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
     return type(a) is type(b) and a == b
+
+
+# the Task fields read from /data (the counterfactual is a view of its baseline window)
+READ_ARRAYS = ("history_target", "history_covariates", "future_target", "future_covariates")
+
+
+@pytest.mark.parametrize(
+    "view",
+    [{}, {"K": 2}, {"future": "novel"}, {"C": "C3", "ell": [16, 256]}],
+    ids=["whole", "sparse", "novel", "two-axes"],
+)
+def test_iterating_a_view_gives_each_task_as_reading_it_by_id_does(corpus_path, view):
+    # iteration reads ITER_CHUNK tasks at once and cuts them apart; corpus[id] reads one
+    import dataclasses
+
+    with Corpus(corpus_path) as whole:
+        corpus = whole.filter(**view)
+        ids = corpus.task_ids()
+        assert len(ids) > ITER_CHUNK or view, len(ids)  # the whole view spans several chunks
+        tasks = list(corpus)
+        assert [task.task_id for task in tasks] == ids
+        for task in tasks:
+            reference = corpus[task.task_id]
+            for field in dataclasses.fields(task):
+                value = getattr(task, field.name)
+                assert _same(value, getattr(reference, field.name)), (task.task_id, field.name)
+                if field.name in READ_ARRAYS:  # its own memory, not a block of the chunk's
+                    assert value.base is None or value.base.nbytes == value.nbytes, field.name
 
 
 def test_a_task_read_by_id_is_the_one_built_from_its_pandas_row(corpus_path):

@@ -31,7 +31,12 @@ def frequency_alias(interval_s: int) -> str:
         raise ValueError(
             f"interval_s must be a positive whole number of seconds, got {interval_s!r}"
         )
-    seconds = int(interval_s)
+    return _alias(int(interval_s))
+
+
+@functools.lru_cache(maxsize=256)
+def _alias(seconds: int) -> str:
+    """``frequency_alias`` of a checked whole number of seconds (once per distinct step)."""
     for size, unit in _FREQ_UNITS:
         if seconds % size == 0:
             return f"{seconds // size}{unit}"
@@ -48,7 +53,23 @@ def utc_naive(moment: pd.Timestamp) -> pd.Timestamp:
 def window_start_time(baseline_start: str, start_step: int, interval_s: int) -> pd.Timestamp:
     """Time of a window's first step: the baseline's start (ISO 8601) + ``start_step`` steps of
     ``interval_s`` seconds."""
-    return _baseline_time(baseline_start) + pd.Timedelta(seconds=start_step * interval_s)
+    seconds = start_step * interval_s
+    moment, unit = _baseline_moment(baseline_start)
+    if moment is None or not isinstance(seconds, int):
+        return _baseline_time(baseline_start) + pd.Timedelta(seconds=seconds)
+    # the Timestamp pandas' arithmetic gives (value, unit, zone), in about half its time
+    return pd.Timestamp(moment + datetime.timedelta(seconds=seconds)).as_unit(unit)
+
+
+@functools.lru_cache(maxsize=256)
+def _baseline_moment(text: str) -> tuple[datetime.datetime | None, str]:
+    """A baseline's start as a ``datetime`` and the unit of a ``Timestamp`` some seconds after
+    it; ``None`` for a start a ``datetime`` cannot hold exactly (nanoseconds) or a zone other
+    than a fixed offset (where wall-clock and elapsed time could part)."""
+    start = _baseline_time(text)
+    unit = (start + pd.Timedelta(seconds=1)).unit
+    fixed = start.tzinfo is None or isinstance(start.tzinfo, datetime.timezone)
+    return (start.to_pydatetime() if fixed and not start.nanosecond else None), unit
 
 
 @functools.lru_cache(maxsize=256)

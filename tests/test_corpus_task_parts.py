@@ -14,6 +14,8 @@ import h5py
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import small_corpus
 from whatif_bench.corpus.reader import ITER_CHUNK, CorpusError
@@ -278,3 +280,33 @@ def test_a_task_read_by_id_is_the_one_built_from_its_pandas_row(corpus_path):
                     task_id,
                     field.name,
                 )
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    start=st.sampled_from(
+        [
+            "2024-01-08T00:00:00",
+            "1988-01-01",
+            "2000-12-01T06:30:00+02:00",
+            "2013-08-12 13:40:46+00:00",
+            "2024-03-31T01:59:59.250000-05:00",
+            "2024-02-29T00:00:00.000000001",  # nanoseconds: pandas' own arithmetic
+        ]
+    ),
+    steps=st.integers(0, 10**7),
+    interval_s=st.sampled_from([1, 60, 300, 900, 3600]),
+)
+def test_a_windows_start_time_is_pandas_arithmetic_on_its_baselines_start(start, steps, interval_s):
+    # window_start_time adds through datetime where that is exact; the Timestamp must be the
+    # one pandas' own sum gives: the same instant, unit and zone
+    from whatif_bench.corpus import window_start_time
+
+    try:
+        expected = pd.Timestamp(start) + pd.Timedelta(seconds=steps * interval_s)
+    except ValueError:  # beyond what a Timestamp holds (pandas 2: past the year 2262)
+        with pytest.raises(ValueError):
+            window_start_time(start, steps, interval_s)
+        return
+    got = window_start_time(start, steps, interval_s)
+    assert (got, got.unit, repr(got)) == (expected, expected.unit, repr(expected))

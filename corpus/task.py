@@ -69,7 +69,7 @@ def _baseline_moment(text: str) -> tuple[datetime.datetime | None, str]:
     start = _baseline_time(text)
     unit = (start + pd.Timedelta(seconds=1)).unit
     fixed = start.tzinfo is None or isinstance(start.tzinfo, datetime.timezone)
-    return (start.to_pydatetime() if fixed and not start.nanosecond else None), unit
+    return (_baseline_datetime(text) if fixed and not start.nanosecond else None), unit
 
 
 @functools.lru_cache(maxsize=256)

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import load_average
 
 CORPUS_TARGETS = (
     "epanet/pressure_10",
@@ -95,11 +96,6 @@ def _phase(args) -> dict:
     }
 
 
-def _load() -> str:
-    """The 1, 5 and 15 minute load averages."""
-    return " ".join(f"{value:.2f}" for value in os.getloadavg())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -141,7 +137,7 @@ def main() -> None:
     if not args.benchmark_worlds:
         _stream(args).entries()  # builds missing training worlds once, before any timing
     phases = ("stream-loop", "stream-0", "stream-2", "corpus-loop", "corpus-0", "corpus-2")
-    load_before = _load()
+    load_before = load_average()
     results = {}
     for phase in phases:
         command = [sys.executable, __file__, "--phase", phase, "--corpus", args.corpus]
@@ -158,7 +154,7 @@ def main() -> None:
         f"stream: {args.count:,} tasks of {' '.join(args.simulators)} ({worlds}), seed {SEED}; "
         f"corpus {args.corpus} ({Path(args.corpus).stat().st_size / 2**20:,.0f} MiB); "
         f"batch size {args.batch_size}; median of {args.repeats} runs per phase; "
-        f"load average {load_before} before, {_load()} after"
+        f"load average {load_before} before, {load_average()} after"
     )
     labels = {
         "stream-loop": "reference: TaskStream -> task_item",

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from machine import load_average
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "whatif-corpus.h5"
 MODELS = ("naive", "chronos2", "timesfm")
@@ -243,7 +244,7 @@ def main() -> None:
         f"K {sorted(set(rows['k']))}, C {sorted(set(rows['context']))}, "
         f"H {sorted(set(rows['prediction']))}"
     )
-    print(f"{os.cpu_count()} CPUs; load average before {_load()}")
+    print(f"{os.cpu_count()} CPUs; load average before {load_average()}")
     results = {}
     for name in names:
         command = [sys.executable, __file__, "--phase", name, "--ids", str(ids_file)]
@@ -254,7 +255,7 @@ def main() -> None:
             print(f"{name}: failed ({done.returncode}):\n{done.stderr.strip()[-2000:]}")
             continue
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"load average after {_load()}")
+    print(f"load average after {load_average()}")
     print(
         f"{'model':<11} {'params':>12} {'threads':>7} {'build s':>8} {'warm-up s':>9} "
         f"{'s/task mean':>11} {'min':>9} {'max':>9} {'tasks/s':>9} {'wall s':>8} "
@@ -291,10 +292,6 @@ def main() -> None:
                 ratio = np.mean(r["passes"][0]["seconds"]) / reference
                 print(f"{name}: {ratio:,.0f}x the naive s/task (first pass)")
     folder.cleanup()
-
-
-def _load() -> str:
-    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 if __name__ == "__main__":

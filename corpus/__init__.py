@@ -6,7 +6,8 @@ Everything a task is, and how a corpus file holds it, is defined here once: the 
 summary of ``whatif info``, the stratified task selection, the covariates' units, the nine
 quantile levels, and the task columns the Parquet, fev and shard writers share. The generator
 writes corpora; evaluation, export and the stream read them; all of them import from here by
-the names below (``axes``, ``columns`` and ``fileformat`` are public modules)::
+the names below (``axes``, ``columns``, ``fileformat`` and ``random_twin``, the numba twin of a
+pair's random stream, are public modules)::
 
     from whatif_bench.corpus import Corpus
     corpus = Corpus("whatif-corpus.h5").filter(simulator="sumo", future="novel", K=3)
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from whatif_bench._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from whatif_bench.corpus import axes, columns, fileformat
+    from whatif_bench.corpus import axes, columns, fileformat, random_twin
     from whatif_bench.corpus.describe import (
         baseline_future,
         describe_task,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from whatif_bench.corpus.provenance import corpus_registry, recorded_source, registry_hash
     from whatif_bench.corpus.reader import Corpus, CorpusError, check_corpus_file, recipe_record
     from whatif_bench.corpus.recipe import PairKey, Recipe, draw_recipe, draw_recipe_from
-    from whatif_bench.corpus.seeds import pair_rng
+    from whatif_bench.corpus.seeds import pair_entropy, pair_rng
     from whatif_bench.corpus.selection import check_subset, select_tasks
     from whatif_bench.corpus.summary import format_summary, summarise
     from whatif_bench.corpus.task import (
@@ -48,6 +49,7 @@ _EXPORTS = {
     "axes": "whatif_bench.corpus.axes",
     "columns": "whatif_bench.corpus.columns",
     "fileformat": "whatif_bench.corpus.fileformat",
+    "random_twin": "whatif_bench.corpus.random_twin",
     "baseline_future": "whatif_bench.corpus.describe",
     "describe_task": "whatif_bench.corpus.describe",
     "export_describer": "whatif_bench.corpus.describe",
@@ -64,6 +66,7 @@ _EXPORTS = {
     "Recipe": "whatif_bench.corpus.recipe",
     "draw_recipe": "whatif_bench.corpus.recipe",
     "draw_recipe_from": "whatif_bench.corpus.recipe",
+    "pair_entropy": "whatif_bench.corpus.seeds",
     "pair_rng": "whatif_bench.corpus.seeds",
     "check_subset": "whatif_bench.corpus.selection",
     "select_tasks": "whatif_bench.corpus.selection",
@@ -80,14 +83,15 @@ _EXPORTS = {
 }
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
-# ``axes``, ``columns`` and ``fileformat`` are public modules: imported by name (``from
-# whatif_bench.corpus import axes``), or their public names from them (``from
+# ``axes``, ``columns``, ``fileformat`` and ``random_twin`` are public modules: imported by name
+# (``from whatif_bench.corpus import axes``), or their public names from them (``from
 # whatif_bench.corpus.axes import X``).
 
 __all__ = [
     "axes",
     "columns",
     "fileformat",
+    "random_twin",
     "baseline_future",
     "check_corpus_file",
     "check_subset",
@@ -102,6 +106,7 @@ __all__ = [
     "export_describer",
     "format_summary",
     "frequency_alias",
+    "pair_entropy",
     "pair_rng",
     "PairKey",
     "QUANTILE_LEVELS",

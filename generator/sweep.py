@@ -8,6 +8,7 @@ main process, so the file does not depend on the number of workers or where they
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import signal
 import threading
@@ -16,7 +17,20 @@ from pathlib import Path
 
 import numpy as np
 
-from whatif_bench.corpus import PairKey, Recipe, axes, draw_recipe
+from whatif_bench.corpus import PairKey, Recipe, axes, draw_recipe, pair_entropy
+from whatif_bench.corpus.axes import HistoryLayout
+from whatif_bench.generator.kernels import (
+    COVARIATES_AT,
+    EVENTS_AT,
+    FACTORS_AT,
+    FALLBACK,
+    KEPT,
+    N_LAYOUT,
+    PairsOutput,
+    TargetPlan,
+    generate_pairs,
+    target_plan,
+)
 from whatif_bench.generator.materialise import STORE_DTYPE, PairArrays, materialise
 from whatif_bench.generator.types import GenerationConfig, GenerationError, PairResult
 from whatif_bench.relationships.engine import Relationship
@@ -90,18 +104,129 @@ def check_finite(result: PairResult) -> None:
             )
 
 
+def reference_pair(
+    key: PairKey, relationship: Relationship, context: int, prediction: int, baseline, seed: int
+) -> PairResult:
+    """One pair made by the method's own functions, one draw at a time: ``draw_recipe``, then
+    ``build_pair``, then ``check_finite``. This defines a pair; ``generate_target`` makes the
+    same pairs to the bit in numba kernels (``generator.kernels``)."""
+    recipe = draw_recipe(key, relationship, context, prediction, baseline.size, seed)
+    result = build_pair(recipe, relationship, baseline)
+    check_finite(result)
+    return result
+
+
 def generate_target(
-    relationship: Relationship | TargetRef, baseline: np.ndarray, seed: int
+    relationship: Relationship | TargetRef, baseline: np.ndarray, seed: int, fast: bool = True
 ) -> list[PairResult]:
-    """All 200 pairs of one target (run inside a worker; a ``TargetRef`` is loaded there)."""
+    """All pairs of one target, in the canonical order (run inside a worker; a ``TargetRef``
+    is loaded there).
+
+    ``fast`` (default) makes them in one numba call (``generator.kernels.generate_pairs``) and
+    hands any pair the kernel cannot make exactly to ``reference_pair``, which raises its
+    error; ``False``, and a target with user forms, makes every pair with ``reference_pair``.
+    The results are the same to the bit either way (tests/test_generator_kernels.py).
+    """
     loaded = resolve(relationship)
+    keys = list(pair_keys(loaded))
+    plan = target_plan(loaded, baseline) if fast else None
+    if plan is None or any(_layout(key, c, p).window > baseline.size for key, c, p in keys):
+        # (a window that does not fit: the reference raises its error at that pair)
+        return [reference_pair(key, loaded, c, p, baseline, seed) for key, c, p in keys]
+    return _kernel_pairs(loaded, plan, keys, baseline, seed)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_layout(context: int, prediction: int, event_length: int, setting: str) -> HistoryLayout:
+    return axes.layout(context, prediction, event_length, setting)
+
+
+def _layout(key: PairKey, context: int, prediction: int) -> HistoryLayout:
+    return _cached_layout(context, prediction, key.event_length, key.e_setting)
+
+
+def _kernel_pairs(
+    relationship: Relationship,
+    plan: TargetPlan,
+    keys: list[tuple[PairKey, int, int]],
+    baseline: np.ndarray,
+    seed: int,
+) -> list[PairResult]:
+    """``generate_target``'s fast path: the layouts and seed words of every pair, one kernel
+    call, then one ``PairResult`` per pair whose arrays are views of the kernel's blocks."""
+    layouts = [_layout(key, c, p) for key, c, p in keys]
+    rows = np.zeros((len(keys), N_LAYOUT), dtype=np.int64)
+    starts: list[int] = []
+    events_at = factors_at = covariates_at = 0
+    for row, (key, _, _), history in zip(rows, keys, layouts, strict=True):
+        n_events = len(history.starts)
+        row[:] = (
+            key.k,
+            history.context,
+            history.prediction,
+            history.event_length,
+            history.future_event_length("novel"),
+            n_events,
+            len(starts),
+            baseline.size - history.window,
+            events_at,
+            factors_at,
+            covariates_at,
+        )
+        starts.extend(history.starts)
+        events_at += n_events
+        factors_at += n_events * key.k
+        covariates_at += key.k
+    entropy = np.stack([pair_entropy(seed, key.pair_id) for key, _, _ in keys])
+    out = generate_pairs(plan, entropy, rows, np.asarray(starts, dtype=np.int64))
     results = []
-    for key, context, prediction in pair_keys(loaded):
-        recipe = draw_recipe(key, loaded, context, prediction, baseline.size, seed)
-        result = build_pair(recipe, loaded, baseline)
-        check_finite(result)
+    for i, ((key, context, prediction), history) in enumerate(zip(keys, layouts, strict=True)):
+        window_start, replay_source, status = out.picks[i].tolist()
+        if status == FALLBACK:  # the reference makes it, or raises its error
+            results.append(reference_pair(key, relationship, context, prediction, baseline, seed))
+            continue
+        k, n_events = key.k, len(history.starts)
+        e0, f0, c0 = rows[i, EVENTS_AT], rows[i, FACTORS_AT], rows[i, COVARIATES_AT]
+        factors = out.factors[f0 : f0 + n_events * k].reshape(n_events, k)
+        recipe = Recipe(
+            key=key,
+            layout=history,
+            window_start=window_start,
+            directions=out.directions[e0 : e0 + n_events],
+            factors=factors,
+            replay_source=replay_source,
+            replay_factors=factors[replay_source].copy(),
+            novel_factors=out.novel_factors[c0 : c0 + k],
+        )
+        result = PairResult(
+            recipe=recipe,
+            history_ratios=out.ratios[e0 : e0 + n_events],
+            replay_ratio=float(out.future_ratios[i, 0]),
+            novel_ratio=float(out.future_ratios[i, 1]),
+        )
+        if status == KEPT:
+            result.arrays = _kept_arrays(out, i, k, history.context, history.prediction)
         results.append(result)
     return results
+
+
+def _kept_arrays(
+    out: PairsOutput, pair: int, k: int, context: int, prediction: int
+) -> dict[str, np.ndarray]:
+    """A kept pair's float32 arrays (``stored_arrays``' shapes), views of the kernel's blocks."""
+    shapes = {
+        "history_target": (context,),
+        "history_covariates": (k, context),
+        "future_target": (2 * prediction,),
+        "future_covariates": (2, k, prediction),
+    }
+    arrays = {}
+    for block, offset, (name, shape) in zip(
+        out.blocks, out.offsets[pair].tolist(), shapes.items(), strict=True
+    ):
+        size = int(np.prod(shape))
+        arrays[name] = block[offset : offset + size].reshape(shape)
+    return arrays
 
 
 @contextlib.contextmanager

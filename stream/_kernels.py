@@ -2,9 +2,10 @@
 
 A slot's task is defined by ``TaskStream._reference_task`` (``draw_recipe_from`` then
 ``build_pair``, one Python call per draw). These kernels make the same tasks bit for bit: the
-draws come from the numba twins of NumPy's generator (``stream._random``), in the reference's
+draws come from the numba twins of NumPy's generator (``corpus.random_twin``), in the reference's
 order; pairs are materialised by the relationship engine's own kernels; the 10 % statistic sums
-with NumPy's pairwise summation, so every ratio is NumPy's to the last bit.
+with NumPy's pairwise summation (``generator.kernels``, shared with the sweep), so every ratio
+is NumPy's to the last bit.
 
 ``draw_slots`` makes a batch of slots in one call: per slot it draws a pair and builds its
 targets, checking the 10 % rule part by part (history, Replay, Novel: the first failing part is
@@ -20,34 +21,31 @@ Everything the kernels read about the stream's worlds, relationships and distrib
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numba
 import numpy as np
 
 from whatif_bench.corpus.axes import NOVEL_REACH
+from whatif_bench.corpus.random_twin import (
+    STATE_WORDS,
+    next_choice,
+    next_double,
+    next_integer,
+    seed_state,
+)
+from whatif_bench.generator.kernels import (
+    INNER_OPTIONS,
+    effect_ratio_kernel,
+    store_covariates,
+    store_rounded,
+)
 from whatif_bench.relationships.kernels import (
-    BELL,
     JIT_OPTIONS,
     RelationshipConstants,
     apply_events_kernel,
-    fill_bell_profile,
-)
-from whatif_bench.stream._random import (
-    STATE_WORDS,
-    _choice,
-    _integers,
-    _random,
-    _seed,
 )
 
-# helpers only kernels call: no wrapper to call them from Python
-# (typed as a plain dict: numba's stubs do not list these two wrapper flags)
-INNER_OPTIONS: dict[str, Any] = {
-    **JIT_OPTIONS,
-    "no_cpython_wrapper": True,
-    "no_cfunc_wrapper": True,
-}
 MAX_K = 5  # most covariates of a task (axes.K_VALUES)
 MAX_EVENTS = 64  # most events of a history (axes.MAX_EVENTS)
 
@@ -88,7 +86,7 @@ class KernelPlan(NamedTuple):
     """What the kernels draw from, as contiguous arrays (see ``stream.plan.build_plan``).
 
     Choice tables: row ``i`` draws one of ``choice_values[i, :choice_count[i]]`` with the
-    cumulative weights ``choice_cdf[i]`` (``_random.choice_cdf``). Entry ``e`` (a world and
+    cumulative weights ``choice_cdf[i]`` (``random_twin.choice_cdf``). Entry ``e`` (a world and
     target) draws K from table ``k_table[e]``, C from ``c_table[e]``, the event length from
     ``l_table[e, c]``, E from ``e_table[e, c, l]`` and the future from ``future_table[0]``.
     Values are K itself and indices into ``CONTEXT_LABELS``, ``EVENT_LENGTHS``, ``E_SETTINGS``
@@ -123,86 +121,10 @@ class KernelPlan(NamedTuple):
     threshold: np.ndarray  # (1,) float64: the 10 % rule
 
 
-# ---- sums and ratios as NumPy computes them ------------------------------------------------
-@numba.njit(**INNER_OPTIONS)
-def _block_sum(values: np.ndarray, first: int, n: int) -> float:
-    """NumPy's sum of at most 128 values: 8 interleaved lanes (plain order below 8 values)."""
-    if n < 8:
-        total = 0.0
-        for i in range(n):
-            total += values[first + i]
-        return total
-    lanes = np.empty(8)
-    for j in range(8):
-        lanes[j] = values[first + j]
-    i = 8
-    while i < n - (n % 8):
-        for j in range(8):
-            lanes[j] += values[first + i + j]
-        i += 8
-    total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + (
-        (lanes[4] + lanes[5]) + (lanes[6] + lanes[7])
-    )
-    while i < n:
-        total += values[first + i]
-        i += 1
-    return total
-
-
-@numba.njit(**JIT_OPTIONS)
-def _pairwise_sum(values: np.ndarray, first: int, n: int) -> float:
-    """``np.sum(values[first:first + n])`` to the bit: NumPy's pairwise summation.
-
-    NumPy sums blocks of at most 128 values (``_block_sum``) and splits longer runs in two at a
-    multiple of 8, adding the halves' sums. The split is done here with explicit stacks, not
-    recursion (numba cannot load a cached recursive function).
-    """
-    if n <= 128:
-        return _block_sum(values, first, n)
-    firsts = np.empty(192, dtype=np.int64)
-    sizes = np.empty(192, dtype=np.int64)  # -1: add the two sums on top of ``sums``
-    sums = np.empty(96)
-    firsts[0], sizes[0] = first, n
-    todo, done = 1, 0
-    while todo:
-        todo -= 1
-        start, size = firsts[todo], sizes[todo]
-        if size < 0:
-            done -= 1
-            sums[done - 1] += sums[done]
-        elif size <= 128:
-            sums[done] = _block_sum(values, start, size)
-            done += 1
-        else:
-            half = size // 2
-            half -= half % 8
-            firsts[todo], sizes[todo] = 0, -1
-            firsts[todo + 1], sizes[todo + 1] = start + half, size - half
-            firsts[todo + 2], sizes[todo + 2] = start, half
-            todo += 3
-    return sums[0]
-
-
-@numba.njit(**JIT_OPTIONS)
-def _effect_ratio(
-    actual: np.ndarray, baseline: np.ndarray, first: int, n: int, work: np.ndarray
-) -> float:
-    """``verification.effect_ratio(actual[first:first + n], baseline[first:first + n])``."""
-    for t in range(n):
-        work[t] = abs(actual[first + t] - baseline[first + t])
-    change = _pairwise_sum(work, 0, n) / n
-    for t in range(n):
-        work[t] = abs(baseline[first + t])
-    level = _pairwise_sum(work, 0, n) / n
-    if level == 0.0:
-        return 0.0
-    return change / level
-
-
 # ---- one attempt ---------------------------------------------------------------------------
 @numba.njit(**INNER_OPTIONS)
 def _pick(plan: KernelPlan, state: np.ndarray, table: int) -> int:
-    index = _choice(state, plan.choice_cdf[table], plan.choice_count[table])
+    index = next_choice(state, plan.choice_cdf[table], plan.choice_count[table])
     return plan.choice_values[table, index]
 
 
@@ -221,7 +143,7 @@ def _draw_attempt(
     window start, per event a direction and one factor per covariate, the Replay source,
     then per covariate the Novel factor.
     """
-    entry = _integers(state, plan.k_table.shape[0])
+    entry = next_integer(state, plan.k_table.shape[0])
     k = _pick(plan, state, plan.k_table[entry])
     c = _pick(plan, state, plan.c_table[entry])
     length = _pick(plan, state, plan.l_table[entry, c])
@@ -229,35 +151,35 @@ def _draw_attempt(
     future = _pick(plan, state, plan.future_table[0])
     layout = plan.layouts[entry, c, length, setting]
     lowest, highest = layout[L_LOWEST], layout[L_HIGHEST]
-    window_start = lowest + _integers(state, highest - lowest + 1)
+    window_start = lowest + next_integer(state, highest - lowest + 1)
     n_events = layout[L_EVENTS]
     ints = plan.entry_ints[entry]
     for event in range(n_events):
-        up = True if ints[ONLY_INCREASE] else _integers(state, 2) == 1
+        up = True if ints[ONLY_INCREASE] else next_integer(state, 2) == 1
         directions[event] = 1 if up else -1
         for covariate in range(k):
             if (plan.signs[entry, covariate] > 0) == up:
                 if ints[N_ABOVE] == 0:
                     return False
-                factor = plan.above[entry, _integers(state, ints[N_ABOVE])]
+                factor = plan.above[entry, next_integer(state, ints[N_ABOVE])]
             else:
                 if ints[N_BELOW] == 0:
                     return False
-                factor = plan.below[entry, _integers(state, ints[N_BELOW])]
+                factor = plan.below[entry, next_integer(state, ints[N_BELOW])]
             factors[event * k + covariate] = factor
-    replay_source = _integers(state, n_events)
+    replay_source = next_integer(state, n_events)
     offset_low, offset_span, scale_low, scale_span = plan.novel
     for covariate in range(k):
         if plan.signs[entry, covariate] > 0:
             highest_factor = 1.0  # the base value outside events
             for event in range(n_events):
                 highest_factor = max(highest_factor, factors[event * k + covariate])
-            novel[covariate] = highest_factor + (offset_low + offset_span * _random(state))
+            novel[covariate] = highest_factor + (offset_low + offset_span * next_double(state))
         else:
             lowest_factor = 1.0
             for event in range(n_events):
                 lowest_factor = min(lowest_factor, factors[event * k + covariate])
-            novel[covariate] = lowest_factor * (scale_low + scale_span * _random(state))
+            novel[covariate] = lowest_factor * (scale_low + scale_span * next_double(state))
     picks[ENTRY], picks[K], picks[CONTEXT], picks[LENGTH] = entry, k, c, length
     picks[SETTING], picks[FUTURE] = setting, future
     picks[WINDOW_START], picks[REPLAY_SOURCE] = window_start, replay_source
@@ -354,7 +276,7 @@ def _build(
             continue
         for start in part_starts:  # each history event; the future's one event, cut at H
             span = min(length, y.shape[0] - start) if part == 0 else min(length, horizon)
-            if _effect_ratio(out, y, start, span, work) < plan.threshold[0]:
+            if effect_ratio_kernel(out, y, start, span, work) < plan.threshold[0]:
                 return FAILED_HISTORY + part
     return PASSED
 
@@ -395,18 +317,6 @@ def _slot_entropy(prefix: np.ndarray, slot: int, entropy: np.ndarray) -> int:
 
 # ---- the kept pairs' arrays ------------------------------------------------------------------
 @numba.njit(**INNER_OPTIONS)
-def _store(values: np.ndarray, out: np.ndarray, first: int) -> bool:
-    """Round ``values`` to float32 into ``out[first:]``; False if any rounds to inf or NaN."""
-    finite = True
-    for i in range(values.shape[0]):
-        rounded = np.float32(values[i])
-        out[first + i] = rounded
-        if not np.isfinite(rounded):
-            finite = False
-    return finite
-
-
-@numba.njit(**INNER_OPTIONS)
 def _store_covariates(
     plan: KernelPlan,
     picks: np.ndarray,
@@ -418,31 +328,12 @@ def _store_covariates(
     first: int,
     profile: np.ndarray,
 ) -> bool:
-    """The (K, ``steps``) covariates ``base * factor(t)`` of events of ``length`` steps and
-    ``factors`` (E, K) at ``starts`` (cut at ``steps``), as float32 rows from ``out[first]``;
-    False if one is beyond float32.
-
-    ``Relationship.covariate_values`` to the bit: the factor is 1 outside events, the event's
-    factor inside a step event and ``1 + (f - 1) * bell(t)`` inside a bell one, times the base.
-    """
+    """The slot's covariates (``generator.kernels.store_covariates`` with its entry's bases and
+    shapes)."""
     entry = picks[ENTRY]
-    finite, bell_ready = True, False
-    for c in range(factors.shape[1]):
-        base, row = plan.bases[entry, c], first + c * steps
-        outside = np.float32(1.0 * base)
-        out[row : row + steps] = outside
-        finite &= np.isfinite(outside)
-        bell = plan.shapes[entry, c] == BELL
-        if bell and not bell_ready:
-            fill_bell_profile(length, profile)
-            bell_ready = True
-        for e in range(starts.shape[0]):
-            factor, at = factors[e, c], row + starts[e]
-            for t in range(min(length, steps - starts[e])):
-                value = np.float32(((1.0 + (factor - 1.0) * profile[t]) if bell else factor) * base)
-                out[at + t] = value
-                finite &= np.isfinite(value)
-    return finite
+    return store_covariates(
+        plan.bases[entry], plan.shapes[entry], starts, length, factors, steps, out, first, profile
+    )
 
 
 @numba.njit(**INNER_OPTIONS)
@@ -472,7 +363,7 @@ def _store_slot(
     out = np.empty(_slot_size(plan, picks), dtype=np.float32)
     starts = plan.event_starts[layout[L_STARTS] : layout[L_STARTS] + n_events]
     events = factors[: n_events * k].reshape((n_events, k))
-    finite = _store(history[:context], out, 0)
+    finite = store_rounded(history[:context], out, 0)
     length = plan.event_lengths[picks[LENGTH]]
     finite &= _store_covariates(plan, picks, starts, length, events, context, out, context, profile)
     at = (k + 1) * context
@@ -484,8 +375,8 @@ def _store_slot(
         finite &= _store_covariates(
             plan, picks, one[:1], future_length, chosen, horizon, target, first, profile
         )
-        finite &= _store(futures[index, :horizon], target, first + k * horizon)
-    _store(_window(plan, picks), out, at + (k + 1) * horizon)
+        finite &= store_rounded(futures[index, :horizon], target, first + k * horizon)
+    store_rounded(_window(plan, picks), out, at + (k + 1) * horizon)
     return out, finite
 
 
@@ -510,7 +401,7 @@ def _draw_slots(
     arrays = []
     for row in range(slots.shape[0]):
         n_words = _slot_entropy(prefix, slots[row], entropy)
-        _seed(entropy[:n_words], state)
+        seed_state(entropy[:n_words], state)
         pick = picks[row]
         pick[:] = 0
         pick[STATUS] = EXHAUSTED
@@ -586,7 +477,7 @@ def draw_slots(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
     """Draw, check (if ``verify``) and materialise every slot of ``slots`` (``_draw_slots``).
 
-    ``prefix`` is the stream's seed words (``_random.slot_entropy(seed, (STREAM_DOMAIN,))``).
+    ``prefix`` is the stream's seed words (``random_twin.slot_entropy(seed, (STREAM_DOMAIN,))``).
     Returns ``picks`` (n, N_PICKS) int64, ``directions`` (n, MAX_EVENTS) int8, ``factors``
     (n, MAX_EVENTS * MAX_K) float64 (row-major (events, K)), ``novel`` (n, MAX_K) float64 and
     one float32 array per slot (``_store_slot``'s layout; empty unless the slot is KEPT).

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from whatif_bench.corpus import Task, axes
+from whatif_bench.corpus.random_twin import choice_cdf, slot_entropy
 from whatif_bench.relationships.forms import MAX_PARAMS
 from whatif_bench.relationships.kernels import CUSTOM_CODE_BASE
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
 from whatif_bench.relationships.shapes import shape_code
 from whatif_bench.relationships.verification import THRESHOLD
 from whatif_bench.stream import _kernels as kern
-from whatif_bench.stream._random import choice_cdf, slot_entropy
 from whatif_bench.stream.distribution import CANONICAL, CONTEXT_LABELS, AxisDistribution
 from whatif_bench.stream.seeding import STREAM_DOMAIN
 

@@ -164,15 +164,14 @@ def _write(
     """``write_shards`` once the output is checked and the pool is ready."""
     from tqdm import tqdm
 
-    from whatif_bench.corpus import registry_hash
+    from whatif_bench.corpus import random_twin, registry_hash
     from whatif_bench.jit_cache import announce_first_compilation
     from whatif_bench.relationships import kernels
-    from whatif_bench.stream import _random
 
     sources = stream.world_sources()  # builds or reads the worlds once, before any worker
     stream.entries()
     announce_first_compilation(
-        "stream and relationship kernels", _random, kernels, enabled=progress
+        "stream and relationship kernels", random_twin, kernels, enabled=progress
     )
 
     def fill(tmp: Path) -> dict[str, Any]:

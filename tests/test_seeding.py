@@ -110,7 +110,7 @@ def test_no_module_makes_a_generator_outside_seeding():
     folders = package_folders()
     assert Path("src/whatif_bench") in folders and Path("stream") in folders and len(folders) >= 8
     files = [path for folder in folders for path in sorted((REPO / folder).rglob("*.py"))]
-    assert REPO / SEEDING in files and REPO / "stream/_random.py" in files
+    assert REPO / SEEDING in files and REPO / "corpus/random_twin.py" in files
     found = [
         f"{path.relative_to(REPO)}:{line}: {code}"
         for path in files

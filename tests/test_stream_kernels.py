@@ -1,7 +1,7 @@
 """The stream's kernels make the reference path's tasks to the bit, and their draws are NumPy's.
 
 The reference twins: NumPy's own ``SeedSequence``/``PCG64``/``Generator`` (and a plain
-big-integer PCG64 below) for ``stream._random``; ``np.sum`` and ``verification.effect_ratio`` for
+big-integer PCG64 below) for ``corpus.random_twin``; ``np.sum`` and ``verification.effect_ratio`` for
 the 10 % statistic; ``TaskStream._reference_task`` (``draw_recipe_from`` + ``build_pair``) for
 whole slots, fallbacks and errors included.
 """
@@ -20,13 +20,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from whatif_bench.corpus import random_twin as rand
 from whatif_bench.corpus.reader import Task
 from whatif_bench.errors import RelationshipError
+from whatif_bench.generator import kernels as gen_kernels
 from whatif_bench.generator.sweep import GenerationError
 from whatif_bench.relationships.verification import effect_ratio
 from whatif_bench.stream import AxisDistribution, StreamError, StreamStats, TaskStream
 from whatif_bench.stream import _kernels as kern
-from whatif_bench.stream import _random as rand
 from whatif_bench.stream.plan import make_batch
 from whatif_bench.stream.seeding import STREAM_DOMAIN, slot_rng
 from whatif_bench.stream.sources import benchmark_sources
@@ -114,7 +115,7 @@ def test_every_draw_equals_numpys_generator_in_any_order(seed, slot, calls):
             assert rand.draw_choice(state, rand.choice_cdf(argument)) == expected
         else:
             low, high = argument
-            assert rand._uniform(state, low, high - low) == numpy_rng.uniform(low, high)
+            assert rand.next_uniform(state, low, high - low) == numpy_rng.uniform(low, high)
 
 
 @pytest.mark.parametrize(
@@ -142,7 +143,7 @@ def test_bad_arguments_to_the_draws_are_refused(call, message):
 def test_pairwise_sum_is_numpys_sum_to_the_bit(n):
     rng = np.random.default_rng(n)
     values = np.abs(rng.standard_normal(n + 3)) * 10.0 ** rng.uniform(-6, 6, n + 3)
-    assert kern._pairwise_sum(values, 3, n) == np.sum(values[3:])
+    assert gen_kernels.pairwise_sum(values, 3, n) == np.sum(values[3:])
 
 
 @pytest.mark.parametrize("scale", [0.0, 1e-300, 1.0, 1e6])
@@ -152,10 +153,10 @@ def test_effect_ratio_is_the_verification_statistic(scale):
     actual = baseline * rng.uniform(0.5, 1.5, 300)
     work = np.empty(300)
     for first, n in ((0, 300), (17, 32), (40, 129)):
-        got = kern._effect_ratio(actual, baseline, first, n, work)
+        got = gen_kernels.effect_ratio_kernel(actual, baseline, first, n, work)
         assert got == effect_ratio(actual[first : first + n], baseline[first : first + n])
     # a zero baseline has no relative effect, however far the target moved
-    assert kern._effect_ratio(baseline + 1.0, np.zeros(300), 0, 64, work) == 0.0
+    assert gen_kernels.effect_ratio_kernel(baseline + 1.0, np.zeros(300), 0, 64, work) == 0.0
 
 
 # ---- whole slots ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ check report. So ``rng`` reproduces each bit for bit:
     ``SeedSequence(seed, spawn_key=(code, *key))``: the domain's 32-bit code keeps its children
     apart from any other use of the same seed (``0x57484946`` "WHIF" for the stream's slots,
     ``0x53485546`` "SHUF" for the torch dataset's epochs). Slot ``i`` is child ``i`` of
-    ``SeedSequence(seed, spawn_key=(code,))``, the one ``spawn`` would give; ``stream._random``
+    ``SeedSequence(seed, spawn_key=(code,))``, the one ``spawn`` would give; ``corpus.random_twin``
     reproduces this inside numba from the same code.
 ``plain`` (``subset``, ``checks``)
     ``SeedSequence(seed)``, what ``np.random.default_rng(seed)`` builds; no key. The two plain
@@ -108,7 +108,7 @@ DOMAINS: dict[str, SeedDomain] = {
         SeedDomain(
             "stream",
             "the training stream's task of one slot (stream.seeding.slot_rng; in numba "
-            "stream._random.slot_entropy(seed, (STREAM_CODE,)))",
+            "corpus.random_twin.slot_entropy(seed, (STREAM_CODE,)))",
             SPAWN,
             ("slot",),
             STREAM_CODE,
@@ -216,7 +216,7 @@ def _key_words(domain: SeedDomain, key: tuple) -> list[int]:
 
 def spawn_code(domain: str) -> int:
     """The spawn-key code of a ``spawn`` domain (``stream``: 0x57484946, ``shuffle``:
-    0x53485546), for ``stream._random``'s numba twin of its seed sequence."""
+    0x53485546), for ``corpus.random_twin``'s numba twin of its seed sequence."""
     code = _domain(domain).code
     if code is None:
         raise SeedError(f"the {domain} domain has no spawn-key code (it is not a spawn domain)")

@@ -1,15 +1,19 @@
-"""numba twins of the NumPy draws the training stream makes (private; see ``slot_generator``).
+"""numba twins of the NumPy draws that recipes make (the corpus's pairs and the training stream).
 
-A slot's generator is ``Generator(PCG64(SeedSequence(seed, spawn_key=(STREAM_DOMAIN, slot))))``
-(``stream.seeding.slot_rng``: the ``stream`` domain of ``whatif_bench.seeding``, whose table
-gives the code; the callers pass it in ``key``, this module holds none). Making one in Python
-costs about 20 us and each draw 1-2 us, more than all the arithmetic of a task, so the
-stream's kernels draw the very same numbers inside numba: the functions here reproduce, bit
-for bit, NumPy's ``SeedSequence`` mixing, its ``PCG64`` (128-bit LCG with the XSL-RR output),
-and the ``Generator`` methods the stream calls:
+A pair's generator is ``Generator(PCG64(SeedSequence(seed, spawn_key=key)))``: for the corpus the
+key is the pair id's SHA-256 words (``corpus.seeds``, the ``pairs`` domain of
+``whatif_bench.seeding``), for the stream ``(STREAM_DOMAIN, slot)`` (``stream.seeding``). Making
+one in Python costs about 20 us and each draw 1-2 us, more than all the arithmetic of a pair, so
+the generator's and the stream's kernels draw the very same numbers inside numba: the functions
+here reproduce, bit for bit, NumPy's ``SeedSequence`` mixing, its ``PCG64`` (128-bit LCG with
+the XSL-RR output), and the ``Generator`` methods the recipes call:
 ``integers(n)`` (Lemire's bounded draw on 32-bit halves, which ``PCG64`` buffers),
 ``random()``, ``uniform(low, high)`` and ``choice(n, p=p)`` (a cumulative sum searched with one
 ``random()``). tests/test_stream_kernels.py checks every one against NumPy itself.
+
+The jitted draws without an underscore (``seed_state``, ``next_integer``, ``next_double``,
+``next_uniform``, ``next_choice``) are for other jitted code; Python calls the validating
+wrappers (``slot_generator``, ``draw_integers`` ...).
 
 A generator's state is a ``uint64`` array of ``STATE_WORDS``: the 128-bit state and increment as
 (high, low) words, then PCG64's buffered 32-bit half (a flag and the value). All arithmetic is
@@ -107,7 +111,7 @@ def _mix(x, y):
 
 
 @numba.njit(**JIT_OPTIONS)
-def _seed(entropy: np.ndarray, state: np.ndarray) -> None:
+def seed_state(entropy: np.ndarray, state: np.ndarray) -> None:
     """Seed ``state`` as ``PCG64(SeedSequence(...))`` does from the assembled entropy words.
 
     ``entropy`` holds NumPy's assembled uint32 words (the run entropy padded to the pool size,
@@ -169,13 +173,13 @@ def _next32(state: np.ndarray):
 
 
 @numba.njit(**JIT_OPTIONS)
-def _random(state: np.ndarray) -> float:
+def next_double(state: np.ndarray) -> float:
     """``Generator.random()``: a double in [0, 1) from the top 53 bits of a 64-bit output."""
     return float(_next64(state) >> _S11) * _DOUBLE_UNIT
 
 
 @numba.njit(**JIT_OPTIONS)
-def _integers(state: np.ndarray, n: int) -> np.int64:
+def next_integer(state: np.ndarray, n: int) -> np.int64:
     """``Generator.integers(n)`` for ``1 <= n <= 2**32 - 1``: Lemire's method on 32-bit draws.
 
     ``n == 1`` draws nothing (NumPy returns 0 at once).
@@ -194,10 +198,10 @@ def _integers(state: np.ndarray, n: int) -> np.int64:
 
 
 @numba.njit(**JIT_OPTIONS)
-def _choice(state: np.ndarray, cdf: np.ndarray, count: int) -> int:
+def next_choice(state: np.ndarray, cdf: np.ndarray, count: int) -> int:
     """``Generator.choice(count, p=p)`` given ``cdf`` as NumPy builds it from ``p`` (see
     ``choice_cdf``): one ``random()`` searched in ``cdf[:count]`` (``side="right"``)."""
-    u = _random(state)
+    u = next_double(state)
     index = 0
     while index < count and cdf[index] <= u:
         index += 1
@@ -205,9 +209,9 @@ def _choice(state: np.ndarray, cdf: np.ndarray, count: int) -> int:
 
 
 @numba.njit(**JIT_OPTIONS)
-def _uniform(state: np.ndarray, low: float, span: float) -> float:
+def next_uniform(state: np.ndarray, low: float, span: float) -> float:
     """``Generator.uniform(low, low + span)``: ``low + span * random()``."""
-    return low + span * _random(state)
+    return low + span * next_double(state)
 
 
 # ---- public, validating wrappers -------------------------------------------------------------
@@ -252,7 +256,7 @@ def choice_cdf(weights) -> np.ndarray:
 def slot_generator(seed: int, key: tuple[int, ...]) -> np.ndarray:
     """The state (``STATE_WORDS`` uint64) of ``PCG64(SeedSequence(seed, spawn_key=key))``."""
     state = np.zeros(STATE_WORDS, dtype=np.uint64)
-    _seed(slot_entropy(seed, key), state)
+    seed_state(slot_entropy(seed, key), state)
     return state
 
 
@@ -270,13 +274,13 @@ def draw_integers(state: np.ndarray, n: int) -> int:
     _check_state(state)
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 1 <= n < 2**32:
         raise ValueError(f"n must be an integer in 1 .. 2**32 - 1, got {n!r}")
-    return int(_integers(state, int(n)))
+    return int(next_integer(state, int(n)))
 
 
 def draw_random(state: np.ndarray) -> float:
     """One ``Generator.random()`` from ``state`` (advanced in place)."""
     _check_state(state)
-    return _random(state)
+    return next_double(state)
 
 
 def draw_choice(state: np.ndarray, cdf: np.ndarray) -> int:
@@ -285,4 +289,4 @@ def draw_choice(state: np.ndarray, cdf: np.ndarray) -> int:
     cdf = np.ascontiguousarray(cdf, dtype=np.float64)
     if cdf.ndim != 1 or cdf.size == 0:
         raise ValueError("cdf must be a non-empty one-dimensional array (see choice_cdf)")
-    return _choice(state, cdf, cdf.size)
+    return next_choice(state, cdf, cdf.size)

@@ -18,7 +18,13 @@ from hypothesis import strategies as st
 
 from whatif_bench.corpus import pair_entropy, pair_rng, random_twin
 from whatif_bench.generator import kernels
-from whatif_bench.generator.sweep import PairResult, generate_target, pair_keys
+from whatif_bench.generator.sweep import (
+    PairResult,
+    _kernel_pairs,
+    generate_target,
+    pair_keys,
+    reference_pair,
+)
 from whatif_bench.simulators import read_baselines, shipped_baselines_path
 
 
@@ -96,6 +102,20 @@ def test_every_pair_of_every_kind_of_target_is_the_references(registry, baseline
     assert "" in verdicts and "history" in verdicts  # kept and dropped pairs both compared
 
 
+def test_a_few_pairs_of_each_context_match_the_reference(registry, baselines):
+    """The kernel path on a handful of pairs (short enough to run as plain Python under
+    ``NUMBA_DISABLE_JIT=1``: tests/test_nojit.py runs this test that way)."""
+    relationship = registry.get("sumo", "flow_loop_e_0_near")
+    baseline = baselines["sumo"].series["flow_loop_e_0_near"]
+    keys = [key for key in pair_keys(relationship) if key[0].k in (1, 3)][::37][:6]
+    plan = kernels.target_plan(relationship, baseline)
+    fast = _kernel_pairs(relationship, plan, keys, baseline, 3)
+    reference = [reference_pair(key, relationship, c, p, baseline, 3) for key, c, p in keys]
+    assert [pair_fingerprint(r) for r in fast] == [pair_fingerprint(r) for r in reference]
+    assert len({key.c_label for key, _, _ in keys}) > 1
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 @settings(
     max_examples=12,
     deadline=None,
@@ -180,7 +200,10 @@ def _plan_and_layouts(registry, baselines):
         (lambda e, lay: (e[:, :4][:0], lay), r"entropy must be \(n, W\)"),
         (lambda e, lay: (e, lay[:, :5]), "layouts must be a non-empty"),
         (lambda e, lay: (e[:0], lay[:0]), "layouts must be a non-empty"),
-        (lambda e, lay: (e, np.where(np.arange(lay.shape[1]) == kernels.K, 9, lay)), "K must be in 1.."),
+        (
+            lambda e, lay: (e, np.where(np.arange(lay.shape[1]) == kernels.K, 9, lay)),
+            "K must be in 1..",
+        ),
         (
             lambda e, lay: (e, np.where(np.arange(lay.shape[1]) == kernels.LATEST_START, -1, lay)),
             "every window must fit",

@@ -26,7 +26,6 @@ from whatif_bench.generator.kernels import (
     FALLBACK,
     KEPT,
     N_LAYOUT,
-    PairsOutput,
     TargetPlan,
     generate_pairs,
     target_plan,
@@ -180,13 +179,22 @@ def _kernel_pairs(
     entropy = np.stack([pair_entropy(seed, key.pair_id) for key, _, _ in keys])
     out = generate_pairs(plan, entropy, rows, np.asarray(starts, dtype=np.int64))
     results = []
-    for i, ((key, context, prediction), history) in enumerate(zip(keys, layouts, strict=True)):
-        window_start, replay_source, status = out.picks[i].tolist()
+    # (plain lists: indexing numpy arrays one value at a time would cost more than the kernel)
+    picks, offsets, future_ratios = (
+        out.picks.tolist(),
+        out.offsets.tolist(),
+        out.future_ratios.tolist(),
+    )
+    for (key, context, prediction), history, row, (
+        window_start,
+        replay_source,
+        status,
+    ), at, ratios in zip(keys, layouts, rows.tolist(), picks, offsets, future_ratios, strict=True):
         if status == FALLBACK:  # the reference makes it, or raises its error
             results.append(reference_pair(key, relationship, context, prediction, baseline, seed))
             continue
         k, n_events = key.k, len(history.starts)
-        e0, f0, c0 = rows[i, EVENTS_AT], rows[i, FACTORS_AT], rows[i, COVARIATES_AT]
+        e0, f0, c0 = row[EVENTS_AT], row[FACTORS_AT], row[COVARIATES_AT]
         factors = out.factors[f0 : f0 + n_events * k].reshape(n_events, k)
         recipe = Recipe(
             key=key,
@@ -201,32 +209,28 @@ def _kernel_pairs(
         result = PairResult(
             recipe=recipe,
             history_ratios=out.ratios[e0 : e0 + n_events],
-            replay_ratio=float(out.future_ratios[i, 0]),
-            novel_ratio=float(out.future_ratios[i, 1]),
+            replay_ratio=ratios[0],
+            novel_ratio=ratios[1],
         )
         if status == KEPT:
-            result.arrays = _kept_arrays(out, i, k, history.context, history.prediction)
+            result.arrays = _kept_arrays(out.blocks, at, k, history.context, history.prediction)
         results.append(result)
     return results
 
 
 def _kept_arrays(
-    out: PairsOutput, pair: int, k: int, context: int, prediction: int
+    blocks: tuple[np.ndarray, ...], offsets: list[int], k: int, context: int, prediction: int
 ) -> dict[str, np.ndarray]:
-    """A kept pair's float32 arrays (``stored_arrays``' shapes), views of the kernel's blocks."""
-    shapes = {
-        "history_target": (context,),
-        "history_covariates": (k, context),
-        "future_target": (2 * prediction,),
-        "future_covariates": (2, k, prediction),
+    """A kept pair's float32 arrays (``stored_arrays``' shapes), views of the kernel's
+    ``blocks`` at ``offsets`` (one per block, DATA_DATASETS' order)."""
+    return {
+        "history_target": blocks[0][offsets[0] : offsets[0] + context],
+        "history_covariates": blocks[1][offsets[1] : offsets[1] + k * context].reshape(k, context),
+        "future_target": blocks[2][offsets[2] : offsets[2] + 2 * prediction],
+        "future_covariates": blocks[3][offsets[3] : offsets[3] + 2 * k * prediction].reshape(
+            2, k, prediction
+        ),
     }
-    arrays = {}
-    for block, offset, (name, shape) in zip(
-        out.blocks, out.offsets[pair].tolist(), shapes.items(), strict=True
-    ):
-        size = int(np.prod(shape))
-        arrays[name] = block[offset : offset + size].reshape(shape)
-    return arrays
 
 
 @contextlib.contextmanager

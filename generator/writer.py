@@ -159,9 +159,10 @@ class CorpusWriter:
         """Append one target's pairs (in canonical order)."""
         chunks: dict[str, list[np.ndarray]] = {name: [] for name in DATA_DATASETS}
         for result in results:
-            self._add_row(result)
-            for name in DATA_DATASETS:
-                if result.kept:
+            reason = result.drop_reason  # (computed from the ratios: once per pair)
+            self._add_row(result, reason)
+            if not reason:
+                for name in DATA_DATASETS:
                     chunks[name].append(result.arrays[name].reshape(-1))
         for name, parts in chunks.items():
             if parts:
@@ -171,10 +172,11 @@ class CorpusWriter:
                 dataset[-block.size :] = block
         self.guard.check()  # a full disk stops the run here, not after the last target
 
-    def _add_row(self, result: PairResult) -> None:
+    def _add_row(self, result: PairResult, reason: str) -> None:
         recipe = result.recipe
         key, layout = recipe.key, recipe.layout
         k, context, prediction = key.k, layout.context, layout.prediction
+        kept = not reason
         row = {
             "pair_id": key.pair_id,
             "simulator": key.simulator,
@@ -188,8 +190,8 @@ class CorpusWriter:
             "prediction": prediction,
             "window_start": recipe.window_start,
             "replay_source": recipe.replay_source,
-            "kept": result.kept,
-            "drop_reason": result.drop_reason,
+            "kept": kept,
+            "drop_reason": reason,
             "min_history_ratio": float(result.history_ratios.min()),
             "replay_ratio": result.replay_ratio,
             "novel_ratio": result.novel_ratio,
@@ -204,8 +206,8 @@ class CorpusWriter:
             "future_covariates": 2 * k * prediction,
         }
         for name in DATA_DATASETS:
-            row[f"{name}_offset"] = self.offsets[name] if result.kept else -1
-            if result.kept:
+            row[f"{name}_offset"] = self.offsets[name] if kept else -1
+            if kept:
                 self.offsets[name] += sizes[name]
         for column, value in row.items():
             self.columns.setdefault(column, []).append(value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +25,14 @@ from whatif_bench.corpus.fileformat import (
     FORMAT_VERSION,
     USER_REGISTRY,
 )
+from whatif_bench.generator.chunks import LEVEL, ChunkAppender
 from whatif_bench.generator.types import GenerationError, PairResult
 from whatif_bench.h5write import GuardedFile
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
 from whatif_bench.relationships.source import RegistrySource
 from whatif_bench.relationships.verification import THRESHOLD
 from whatif_bench.simulators.store import combine_hashes, series_hash
+from whatif_bench.workers import default_jobs
 
 
 def write_user_registry(h5, source: RegistrySource) -> None:
@@ -112,18 +115,22 @@ class CorpusWriter:
             self.h5.attrs["format_version"] = FORMAT_VERSION
             self.h5.attrs["complete"] = False
             data = self.h5.create_group("data")
+            threads = self.config.jobs or default_jobs()
+            self.pool = ThreadPoolExecutor(threads) if threads > 1 else None
+            self.appenders = {}
             for name in DATA_DATASETS:
-                data.create_dataset(
+                dataset = data.create_dataset(
                     name,
                     shape=(0,),
                     maxshape=(None,),
                     dtype=np.float32,
                     chunks=(CHUNK,),
                     compression="gzip",
-                    compression_opts=1,
+                    compression_opts=LEVEL,
                     shuffle=True,
                     track_times=False,
                 )
+                self.appenders[name] = ChunkAppender(dataset, CHUNK, self.pool)
             self._write_baselines()
             self.guard.check()
         except BaseException:  # also Ctrl-C: the caller removes the temporary file
@@ -166,10 +173,7 @@ class CorpusWriter:
                     chunks[name].append(result.arrays[name].reshape(-1))
         for name, parts in chunks.items():
             if parts:
-                block = np.concatenate(parts)
-                dataset = self.h5["data"][name]
-                dataset.resize((dataset.shape[0] + block.size,))
-                dataset[-block.size :] = block
+                self.appenders[name].append(parts)
         self.guard.check()  # a full disk stops the run here, not after the last target
 
     def _add_row(self, result: PairResult, reason: str) -> None:
@@ -226,6 +230,8 @@ class CorpusWriter:
 
         if not self.columns:
             raise GenerationError("nothing was generated")
+        for appender in self.appenders.values():
+            appender.finish()
         pairs = self.h5.create_group("pairs", track_order=True)
         for column, values in self.columns.items():
             if isinstance(values[0], str):
@@ -269,10 +275,16 @@ class CorpusWriter:
 
     def _close(self) -> None:
         """Close the HDF5 file (never fails: HDF5 sees no write errors) and the descriptor."""
+        self._stop_pool()
         try:
             self.h5.close()
         finally:
             self.guard.close()
+
+    def _stop_pool(self) -> None:
+        if getattr(self, "pool", None) is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
@@ -284,6 +296,7 @@ class CorpusWriter:
         except BaseException:
             self._close()
             raise
+        self._stop_pool()
         try:
             self.h5.close()
         finally:

@@ -1,0 +1,88 @@
+"""``ChunkAppender`` writes the chunks HDF5's own shuffle and gzip filters write, in any parts,
+with or without a thread pool."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import h5py
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from whatif_bench.generator.chunks import LEVEL, ChunkAppender
+
+CHUNK = 64  # small chunks: many whole ones and an edge one in a few hundred values
+
+
+def new_dataset(h5: h5py.File, name: str) -> h5py.Dataset:
+    """A dataset made as the corpus writer makes its task arrays."""
+    return h5.create_dataset(
+        name,
+        shape=(0,),
+        maxshape=(None,),
+        dtype=np.float32,
+        chunks=(CHUNK,),
+        compression="gzip",
+        compression_opts=LEVEL,
+        shuffle=True,
+        track_times=False,
+    )
+
+
+def raw_chunks(dataset: h5py.Dataset) -> list[tuple[int, bytes]]:
+    """Every stored chunk's filter mask and bytes, in order."""
+    n_chunks = -(-dataset.shape[0] // CHUNK)
+    return [dataset.id.read_direct_chunk((i * CHUNK,)) for i in range(n_chunks)]
+
+
+def write(path: Path, parts: list[np.ndarray], threads: int) -> list[tuple[int, bytes]]:
+    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    try:
+        with h5py.File(path, "w") as h5:
+            appender = ChunkAppender(new_dataset(h5, "values"), CHUNK, pool, ahead=3)
+            for part in parts:
+                appender.append([part[: part.size // 2], part[part.size // 2 :]])
+            appender.finish()
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    with h5py.File(path, "r") as h5:
+        values = h5["values"][()]
+        assert np.array_equal(values.view(np.uint32), np.concatenate(parts).view(np.uint32))
+        return raw_chunks(h5["values"])
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sizes=st.lists(st.integers(0, 300), min_size=1, max_size=6),
+    seed=st.integers(0, 2**32 - 1),
+    scale=st.sampled_from([0.0, 1.0, 1e30]),
+    threads=st.sampled_from([1, 2, 3]),
+)
+def test_appended_chunks_are_the_ones_hdf5_writes_itself(tmp_path, sizes, seed, scale, threads):
+    rng = np.random.default_rng(seed)  # data only
+    arrays = [(rng.normal(size=n) * scale).astype(np.float32) for n in sizes]
+    mine = write(tmp_path / f"appended-{threads}.h5", arrays, threads)
+    with h5py.File(tmp_path / "hdf5.h5", "w") as h5:  # HDF5 filters the same values itself
+        dataset = new_dataset(h5, "values")
+        everything = np.concatenate(arrays)
+        dataset.resize((everything.size,))
+        if everything.size:
+            dataset[:] = everything
+    with h5py.File(tmp_path / "hdf5.h5", "r") as h5:
+        assert mine == raw_chunks(h5["values"])
+
+
+def test_the_thread_count_does_not_change_the_file(tmp_path):
+    rng = np.random.default_rng(3)  # data only
+    parts = [rng.normal(size=n).astype(np.float32) for n in (5, 700, 64, 1, 333)]
+    digests = set()
+    for threads in (1, 2, 4):
+        path = tmp_path / f"{threads}.h5"
+        write(path, parts, threads)
+        digests.add(path.read_bytes())
+    assert len(digests) == 1

@@ -27,7 +27,8 @@ from whatif_bench.corpus.axes import FUTURES, contexts
 from whatif_bench.corpus.fileformat import DATA_DATASETS, FORMAT_VERSION, REQUIRED
 from whatif_bench.errors import WhatIfError
 from whatif_bench.generator.novel_range import novel_reach
-from whatif_bench.generator.sweep import build_pair
+from whatif_bench.generator.sweep import build_pair, generate_target
+from whatif_bench.generator.types import PairResult
 from whatif_bench.generator.writer import axes_description
 from whatif_bench.relationships.source import RegistrySource
 from whatif_bench.relationships.verification import RULE, THRESHOLD
@@ -114,21 +115,71 @@ def _check_config(corpus: Corpus, report: VerifyReport) -> None:
             report.problems.append(f"attribute config: target {name!r} has no pairs")
 
 
-def _check_finite(corpus: Corpus, report: VerifyReport) -> None:
-    """Every stored task array and recipe factor is finite (scanned in blocks)."""
+def _check_finite(
+    corpus: Corpus, report: VerifyReport, names: list[str], spans: dict | None = None
+) -> None:
+    """Every value of the datasets ``names`` (paths under the file's root) is finite, scanned in
+    blocks; with ``spans`` (name -> [(start, stop), ...]) only those ranges of each."""
     h5 = corpus._h5
-    names = [f"data/{name}" for name in DATA_DATASETS]
-    names += ["events/factors", *(f"futures/{name}" for name in REQUIRED["futures"])]
     for name in names:
         dataset = h5[name]
-        for start in range(0, dataset.shape[0], BLOCK):
-            block = dataset[start : start + BLOCK]
-            bad = np.flatnonzero(~np.isfinite(block))
-            if bad.size:
-                report.problems.append(
-                    f"/{name}: non-finite value {block[bad[0]]} at index {start + bad[0]}"
-                )
+        for first, stop in (spans or {}).get(name, [(0, dataset.shape[0])]):
+            if _non_finite(report, name, first, lambda a, b, d=dataset: d[a:b], stop):
                 break
+
+
+def _non_finite(report: VerifyReport, name: str, first: int, read, stop: int) -> bool:
+    """Scan ``read(a, b)`` (values ``a`` to ``b`` of dataset ``name``) from ``first`` to
+    ``stop`` in blocks; report and return True at the first non-finite value."""
+    for start in range(first, stop, BLOCK):
+        block = read(start, min(start + BLOCK, stop))
+        bad = np.flatnonzero(~np.isfinite(block))
+        if bad.size:
+            report.problems.append(
+                f"/{name}: non-finite value {block[bad[0]]} at index {start + bad[0]}"
+            )
+            return True
+    return False
+
+
+class _DataScan:
+    """The finiteness check of the task arrays, done on the values the pair checks read anyway
+    (each value is decompressed once): ``check`` each pair's stored values, then ``finish``
+    scans what no pair covered (values between pairs' arrays, in a damaged file)."""
+
+    def __init__(self, report: VerifyReport) -> None:
+        self.report = report
+        self.covered: dict[str, list[tuple[int, int]]] = {name: [] for name in DATA_DATASETS}
+        self.reported: set[str] = set()
+
+    def check(self, name: str, offset: int, values: np.ndarray) -> None:
+        self.covered[name].append((offset, offset + values.size))
+        if name not in self.reported and not np.isfinite(values).all():
+            end = offset + values.size
+            _non_finite(
+                self.report,
+                f"data/{name}",
+                offset,
+                lambda a, b: values[a - offset : b - offset],
+                end,
+            )
+            self.reported.add(name)
+
+    def finish(self, corpus: Corpus) -> None:
+        spans = {}
+        for name, covered in self.covered.items():
+            if name in self.reported:
+                continue
+            gaps, at = [], 0
+            for start, stop in sorted(covered):
+                if start > at:
+                    gaps.append((at, start))
+                at = max(at, stop)
+            length = corpus._h5[f"data/{name}"].shape[0]
+            if at < length:
+                gaps.append((at, length))
+            spans[f"data/{name}"] = gaps
+        _check_finite(corpus, self.report, list(spans), spans)
 
 
 def _check_baselines(corpus: Corpus, registry, given, report: VerifyReport) -> None:
@@ -255,10 +306,21 @@ def _ratio_problems(pair_id: str, row: dict, stored_ratios, rebuilt) -> list[str
 
 
 def verify_corpus(
-    path, progress: bool = True, limit_problems: int = 50, baselines_path=None, forms=()
+    path,
+    progress: bool = True,
+    limit_problems: int = 50,
+    baselines_path=None,
+    forms=(),
+    reference: bool = False,
 ) -> VerifyReport:
     """Check the corpus at ``path`` (see the module doc); ``baselines_path``: a baselines file
     to compare the embedded series with (default: the shipped one).
+
+    The pairs are drawn and rebuilt a target at a time by the generator's kernels
+    (``sweep.generate_target``); ``reference=True`` rebuilds each one with the method's
+    one-at-a-time functions instead (``draw_recipe`` and ``build_pair``: the same pairs to the
+    bit, several times slower). A target the kernels cannot rebuild (a damaged baseline, say)
+    is checked pair by pair the reference way, so each pair's problem is named.
 
     A corpus built with user spec files is checked against the spec texts it records; one
     built with forms modules needs them in ``forms`` (each hashing to the recorded module, in
@@ -273,7 +335,9 @@ def verify_corpus(
         # a damaged file can fail anywhere h5py reads: one CorpusError naming the file
         corpus._read(
             "its contents",
-            lambda: _verify(corpus, given, report, progress, limit_problems, registry, source),
+            lambda: _verify(
+                corpus, given, report, progress, limit_problems, registry, source, reference
+            ),
         )
     return report
 
@@ -286,6 +350,7 @@ def _verify(
     limit_problems: int,
     registry,
     source: RegistrySource,
+    reference: bool = False,
 ) -> None:
     """The checks of ``verify_corpus`` on an open corpus; problems go to ``report``."""
     from tqdm import tqdm
@@ -300,7 +365,10 @@ def _verify(
     seed = int(corpus.attrs["master_seed"])
     _check_counts(corpus, registry, report)
     _check_config(corpus, report)
-    _check_finite(corpus, report)
+    _check_finite(
+        corpus, report, ["events/factors", *(f"futures/{name}" for name in REQUIRED["futures"])]
+    )
+    data_scan = _DataScan(report)  # the task arrays' finiteness, on the pairs' reads
     _check_baselines(corpus, registry, given, report)
     h5 = corpus._h5
     sizes = {
@@ -323,6 +391,10 @@ def _verify(
     )
     event_ratios = h5["events/ratio"][()]
     baselines = {}
+    expected: dict[str, PairResult] = {}  # the current target's pairs, drawn and rebuilt
+    expected_target = None
+    stored_arrays: dict[tuple[str, str], np.ndarray] = {}  # its kept pairs' stored arrays
+    target_rows = corpus.pairs.groupby(["simulator", "target"], sort=False).indices
     rows = corpus.pairs
     for row in tqdm(
         rows.itertuples(index=False),
@@ -343,22 +415,34 @@ def _verify(
             key = (row["simulator"], row["target"])
             if key not in baselines:
                 baselines[key] = corpus.baseline(*key)
+            if key != expected_target:
+                expected_target = key
+                if not reference:
+                    expected = _target_pairs(relationship, baselines[key], seed)
+                stored_arrays = _stored_arrays(
+                    corpus, rows.iloc[target_rows[key]], sizes, data_scan
+                )
             stored = corpus.recipe(row)
             if pair_id != stored.key.pair_id:
                 report.problems.append(
                     f"{pair_id}: the pair id does not match its axes ({stored.key.pair_id})"
                 )
                 continue
-            context, prediction = contexts(relationship.c4)[row["c_label"]]
-            drawn = draw_recipe(
-                stored.key, relationship, context, prediction, baselines[key].size, seed
-            )
+            rebuilt = expected.get(pair_id)
+            if rebuilt is not None:
+                drawn = rebuilt.recipe
+            else:
+                context, prediction = contexts(relationship.c4)[row["c_label"]]
+                drawn = draw_recipe(
+                    stored.key, relationship, context, prediction, baselines[key].size, seed
+                )
             if not _same_recipe(stored, drawn):
                 report.problems.append(
                     f"{pair_id}: stored recipe differs from the one the seed draws"
                 )
                 continue
-            rebuilt = build_pair(stored, relationship, baselines[key])
+            if rebuilt is None:
+                rebuilt = build_pair(stored, relationship, baselines[key])
             e0 = int(row["event_offset"])
             report.problems.extend(
                 _ratio_problems(pair_id, row, event_ratios[e0 : e0 + int(row["n_events"])], rebuilt)
@@ -384,8 +468,10 @@ def _verify(
                         f"{', '.join(inside)}"
                     )
                 for name, values in rebuilt.arrays.items():
-                    offset = int(row[f"{name}_offset"])
-                    stored_values = corpus._slice(name, offset, values.size)
+                    stored_values = stored_arrays.get((pair_id, name))
+                    if stored_values is None or stored_values.size != values.size:
+                        offset = int(row[f"{name}_offset"])
+                        stored_values = corpus._slice(name, offset, values.size)
                     if not np.array_equal(
                         stored_values.view(np.uint32), values.reshape(-1).view(np.uint32)
                     ):
@@ -396,4 +482,46 @@ def _verify(
             report.problems.append(f"{pair_id}: cannot be rebuilt ({exc})")
         if len(report.problems) >= limit_problems:
             report.problems.append(f"stopped after {limit_problems} problems")
-            break
+            return
+    data_scan.finish(corpus)
+
+
+def _target_pairs(relationship, baseline: np.ndarray, seed: int) -> dict[str, PairResult]:
+    """Every pair of one target as the generator makes it, by pair id; empty when the kernels
+    cannot make them (the caller then checks pair by pair, naming each pair's problem)."""
+    try:
+        return {r.recipe.key.pair_id: r for r in generate_target(relationship, baseline, seed)}
+    except (WhatIfError, ValueError, ArithmeticError):
+        return {}
+
+
+def _stored_arrays(corpus: Corpus, target_rows, sizes: dict[str, int], scan: _DataScan) -> dict:
+    """The stored arrays of one target's kept pairs whose offsets are in range, keyed by
+    (pair id, dataset name): one read per dataset where the pairs lie together
+    (``Corpus._slices``), pair by pair otherwise; each is checked for finiteness (``scan``)."""
+    valid = [
+        row
+        for row in target_rows.to_dict("records")
+        if row["kept"] and _offsets_problem(row, sizes) is None
+    ]
+    arrays = {}
+    for name in DATA_DATASETS:
+        lengths = [_stored_size(name, row) for row in valid]
+        offsets = [int(row[f"{name}_offset"]) for row in valid]
+        for row, offset, values in zip(
+            valid, offsets, corpus._slices(name, offsets, lengths), strict=True
+        ):
+            scan.check(name, offset, values)
+            arrays[row["pair_id"], name] = values
+    return arrays
+
+
+def _stored_size(name: str, row: dict) -> int:
+    """Values pair ``row`` keeps in data array ``name``."""
+    k, context, prediction = int(row["k"]), int(row["context"]), int(row["prediction"])
+    return {
+        "history_target": context,
+        "history_covariates": k * context,
+        "future_target": 2 * prediction,
+        "future_covariates": 2 * k * prediction,
+    }[name]

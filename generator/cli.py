@@ -77,6 +77,12 @@ def add_arguments(subparsers) -> None:
         "--baselines",
         help="baselines file to compare the embedded series with (default: the shipped one)",
     )
+    verify.add_argument(
+        "--reference",
+        action="store_true",
+        help="rebuild each pair with the method's one-at-a-time functions instead of the "
+        "generator's kernels (the same pairs to the bit, several times slower; default: off)",
+    )
     add_forms_argument(verify, "needed for a corpus built with --forms; must be unchanged")
     verify.set_defaults(handler=_verify)
 
@@ -173,7 +179,9 @@ def _verify(args: argparse.Namespace) -> int:
 
     if args.baselines is not None:  # "" is not "the shipped one"
         refuse_empty(args.baselines, "--baselines")
-    report = verify_corpus(args.file, baselines_path=args.baselines, forms=args.forms)
+    report = verify_corpus(
+        args.file, baselines_path=args.baselines, forms=args.forms, reference=args.reference
+    )
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for problem in report.problems:

@@ -34,10 +34,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from whatif_bench.corpus import Recipe
 from whatif_bench.relationships.engine import EventSchedule, Relationship
+from whatif_bench.relationships.kernels import BELL, JIT_OPTIONS, fill_bell_profile
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,79 @@ class NovelReach:
 
 
 def novel_reach(recipe: Recipe, relationship: Relationship) -> NovelReach:
-    """The Novel future of ``recipe`` against its history (``NovelReach``), from the factor
-    trajectories the engine builds the pair with: the history's (K, C) and the Novel future's
-    (K, H) (its event of ``future_event_length("novel")`` steps at the first forecast step, cut
-    by the window end)."""
+    """The Novel future of ``recipe`` against its history (``NovelReach``): the smallest and
+    largest factor of each covariate over the history's context and over the Novel future's
+    prediction window (its event of ``future_event_length("novel")`` steps at the first
+    forecast step, cut by the window end), found in one pass over the events' steps
+    (``_extremes``). The same values as ``novel_reach_reference``, which builds the engine's
+    factor trajectories (tests/test_novel_range.py compares them); a recipe whose factors are
+    not finite and positive goes there, and gets the engine's error."""
+    factors, novel = recipe.factors, recipe.novel_factors
+    if not (np.isfinite(factors).all() and (factors > 0).all() and np.isfinite(novel).all()):
+        return novel_reach_reference(recipe, relationship)
+    if not (novel > 0).all():
+        return novel_reach_reference(recipe, relationship)
+    layout = recipe.layout
+    k = factors.shape[1]
+    shapes = relationship.kernel_arguments(k).shape_codes
+    history = np.empty((2, k))
+    future = np.empty((2, k))
+    length = layout.future_event_length("novel")
+    profile = np.empty(max(layout.event_length, length, 1))
+    starts = np.asarray(layout.starts, dtype=np.int64)
+    _extremes(starts, layout.event_length, layout.context, factors, shapes, history, profile)
+    _extremes(
+        np.zeros(1, dtype=np.int64),
+        length,
+        layout.prediction,
+        novel.reshape(1, k),
+        shapes,
+        future,
+        profile,
+    )
+    rises = np.array([c.sign > 0 for c in relationship.covariates[:k]])
+    return NovelReach(
+        history_low=history[0],
+        history_high=history[1],
+        reach=np.where(rises, future[1], future[0]),
+        rises=rises,
+    )
+
+
+@numba.njit(**JIT_OPTIONS)
+def _extremes(
+    starts: np.ndarray,
+    length: int,
+    steps: int,
+    factors: np.ndarray,
+    shapes: np.ndarray,
+    out: np.ndarray,
+    profile: np.ndarray,
+) -> None:
+    """Smallest (``out[0]``) and largest (``out[1]``) value of each covariate's factor
+    trajectory over ``steps`` steps, (K,) each, with events of ``length`` steps at ``starts``
+    (E,) and ``factors`` (E, K), cut at ``steps``: the values the engine's trajectories hold
+    (1 outside events, the factor in a step event, ``1 + (f - 1) * bell(t)`` in a bell one),
+    without building them."""
+    covered = 0
+    for e in range(starts.shape[0]):
+        covered += max(0, min(length, steps - starts[e]))
+    fill_bell_profile(length, profile)
+    for c in range(factors.shape[1]):
+        low, high = (1.0, 1.0) if covered < steps else (np.inf, -np.inf)
+        for e in range(starts.shape[0]):
+            factor = factors[e, c]
+            for t in range(min(length, steps - starts[e])):
+                value = 1.0 + (factor - 1.0) * profile[t] if shapes[c] == BELL else factor
+                low = min(low, value)
+                high = max(high, value)
+        out[0, c] = low
+        out[1, c] = high
+
+
+def novel_reach_reference(recipe: Recipe, relationship: Relationship) -> NovelReach:
+    """``novel_reach`` from the factor trajectories the engine builds the pair with: the
+    history's (K, C) and the Novel future's (K, H)."""
     layout = recipe.layout
     k = recipe.factors.shape[1]
     history = relationship.factor_trajectories(

@@ -214,11 +214,24 @@ def test_baselines_beyond_float32_are_refused(tmp_path):
     assert leftovers(tmp_path, "c.h5") == []
 
 
-def test_verify_finds_a_non_finite_stored_value(copy):
+@pytest.mark.parametrize("reference", [False, True])
+def test_verify_finds_a_non_finite_stored_value(copy, reference):
     with h5py.File(copy, "r+") as h5:
         h5["data/history_target"][5] = np.inf
-    report = verify_corpus(copy, progress=False)
+    report = verify_corpus(copy, progress=False, reference=reference)
     assert "/data/history_target: non-finite value inf at index 5" in report.problems
+
+
+def test_verify_finds_a_non_finite_value_that_no_pair_reads(copy):
+    """The task arrays are checked on the values the pairs' checks read; what lies between or
+    after the pairs' arrays is scanned on its own."""
+    with h5py.File(copy, "r+") as h5:
+        data = h5["data/future_target"]
+        end = data.shape[0]
+        data.resize((end + 3,))
+        data[end:] = [0.0, np.nan, 1.0]
+    report = verify_corpus(copy, progress=False)
+    assert report.problems == [f"/data/future_target: non-finite value nan at index {end + 1}"]
 
 
 # ---- 6. verify checks everything the file claims -------------------------------------------
@@ -303,6 +316,24 @@ def test_verify_names_every_edit(copy, case):
     report = verify_corpus(copy, progress=False)
     assert not report.ok
     assert any(message in problem for problem in report.problems), report.problems
+
+
+@pytest.mark.parametrize("case", ["event_ratio", "replay_ratio", "offset", "value", "recipe"])
+def test_verify_with_the_reference_functions_names_the_same_problems(copy, case):
+    """``whatif verify --reference`` rebuilds pair by pair with the method's functions: the
+    same report as the kernels' rebuild."""
+    if case in TAMPERING:
+        edit, _ = TAMPERING[case]
+    elif case == "value":
+        edit = _set("data/future_covariates#0", 123.0)
+    else:
+        edit = _set("events/factors#0", 7.25)
+    with h5py.File(copy, "r+") as h5:
+        edit(h5)
+    kernels = verify_corpus(copy, progress=False)
+    reference = verify_corpus(copy, progress=False, reference=True)
+    assert not kernels.ok
+    assert (kernels.problems, kernels.warnings) == (reference.problems, reference.warnings)
 
 
 def test_verify_a_good_corpus_is_clean(corpus_path):

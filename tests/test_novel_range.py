@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from tests.conftest import small_corpus
 from whatif_bench.corpus import axes, recipe
 from whatif_bench.corpus.recipe import PairKey, draw_recipe, draw_recipe_from
+from whatif_bench.generator import sweep
 from whatif_bench.generator.checking import verify_corpus
-from whatif_bench.generator.novel_range import novel_reach
+from whatif_bench.generator.novel_range import novel_reach, novel_reach_reference
 from whatif_bench.relationships import load_registry
 from whatif_bench.relationships.ranges import MAX_POOL_FACTOR, MIN_POOL_FACTOR
 from whatif_bench.relationships.verification import effect_ratio, future_ratio
@@ -44,6 +45,26 @@ def test_every_novel_covariate_leaves_the_range_its_history_showed(
     reach = novel_reach(_recipe(relationship, k, c_label, ell, e, seed), relationship)
     assert reach.holds, reach
     assert np.all(reach.history_low <= 1.0) and np.all(reach.history_high >= 1.0)  # base value
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    relationship=st.sampled_from(RELATIONSHIPS),
+    k=st.integers(1, 5),
+    c_label=st.sampled_from(axes.CONTEXT_LABELS),
+    ell=st.sampled_from(axes.EVENT_LENGTHS),
+    e=st.sampled_from(axes.E_SETTINGS),
+    seed=st.integers(0, 2**32),
+)
+def test_the_one_pass_reach_is_the_one_the_trajectories_give(
+    relationship, k, c_label, ell, e, seed
+):
+    recipe = _recipe(relationship, k, c_label, ell, e, seed)
+    fast, reference = novel_reach(recipe, relationship), novel_reach_reference(recipe, relationship)
+    for name in ("history_low", "history_high", "reach", "rises"):
+        mine, theirs = getattr(fast, name), getattr(reference, name)
+        assert mine.dtype == theirs.dtype and mine.shape == theirs.shape
+        assert np.array_equal(mine, theirs), name
 
 
 @settings(max_examples=300, deadline=None)
@@ -148,8 +169,11 @@ def test_verify_reports_a_corpus_whose_novel_futures_stay_inside_the_range(tmp_p
         return novel
 
     monkeypatch.setattr(recipe, "_novel_factors", old_rule)
+    # the reference functions draw the recipes (the kernels hold the rule in numba), in
+    # generation and in verification
+    monkeypatch.setattr(sweep, "target_plan", lambda relationship, baseline: None)
     path = small_corpus(tmp_path, ("gridlabd/hvac_load",))
-    report = verify_corpus(path, progress=False, limit_problems=1000)
+    report = verify_corpus(path, progress=False, limit_problems=1000, reference=True)
     novel = [p for p in report.problems if "does not leave the history's range" in p]
     assert novel, report.problems[:5]
     assert all("gridlabd/hvac_load/" in p for p in novel)

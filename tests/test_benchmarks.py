@@ -71,3 +71,26 @@ def test_reading_benchmark_times_each_mode_against_its_reference(one_target_corp
             assert all(float(value) > 0 for row in rows for value in row[2:]), done.stdout
     ratios = [line for line in lines if "ratio toolkit / reference: CPU" in line]
     assert len(ratios) == 3 and "median" in ratios[0] and "p90" in ratios[0], done.stdout
+
+
+@pytest.mark.slow  # about 20 s: eight timed processes of one target
+def test_generation_benchmark_times_the_toolkit_and_the_reference_in_one_run():
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_generate.py"), "--only", "epanet/pressure_10"]
+        + ["--repeats", "1", "--jobs", "1", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {}
+    for line in done.stdout.splitlines():
+        name, _, figures = line.rpartition("  ")
+        if name.strip() and figures.strip().replace(".", "").isdigit():
+            rows[name.split("  ")[0].strip()] = line.split()[-3:]
+    expected = {"generate --jobs 1", "generate --jobs 2", "verify", "numpy + h5py reference"}
+    assert expected <= set(rows), done.stdout
+    for wall, cpu, rss in rows.values():
+        assert float(wall) > 0 and float(cpu) > 0 and float(rss) > 0, done.stdout
+    assert "generate --jobs 1 / reference, CPU:" in done.stdout
+    assert "--jobs 2 / --jobs 1: CPU" in done.stdout

@@ -2,20 +2,25 @@
 
 HDF5 compresses a chunked dataset's chunks itself, one at a time, in the thread that writes
 (and holds Python's lock meanwhile): in a one-process writer, deflating the corpus's 1 GB of
-task arrays is most of the generation's time. ``ChunkAppender`` cuts the values it is given
-into whole chunks, has each one shuffled and deflated by ``zlib`` in a thread pool (``zlib``
-lets go of Python's lock while it works), and writes the finished chunks in order with
-``write_direct_chunk``. The chunks are exactly those HDF5's own filters (shuffle, then gzip at
-``LEVEL``) make, so any HDF5 reader reads them as usual (tests/test_generator_chunks.py
-compares them with HDF5's). The last, partial chunk is padded with zeros, as HDF5 stores an
-edge chunk.
+task arrays is most of the generation's time. Here each dataset's ``ChunkAppender`` cuts the
+values it is given into whole chunks and hands them to a ``ChunkQueue``, whose thread pool
+shuffles and deflates them with ``zlib`` (which lets go of Python's lock while it works); the
+queue writes the finished chunks with ``write_direct_chunk``. The chunks are exactly those
+HDF5's own filters (shuffle, then gzip at ``LEVEL``) make, so any HDF5 reader reads them as
+usual (tests/test_generator_chunks.py compares them with HDF5's). The last, partial chunk is
+padded with zeros, as HDF5 stores an edge chunk.
+
+The file must not depend on the pool's size or on timing, so the queue makes the same HDF5
+calls in the same order whatever the threads do: the caller appends a block of work (a target),
+then asks the queue to write everything submitted before that block (``write_before``), in
+submission order, waiting for each chunk as needed; meanwhile the block just submitted is
+being compressed, side by side with whatever else the process does.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
 import numpy as np
@@ -30,60 +35,78 @@ def shuffle_and_deflate(chunk: np.ndarray) -> bytes:
     return zlib.compress(shuffled, LEVEL)
 
 
+class ChunkQueue:
+    """Compresses chunks in ``pool`` (None: at once, in this thread) and writes them in the
+    order they were submitted."""
+
+    def __init__(self, pool: Executor | None = None) -> None:
+        self.pool = pool
+        self.waiting: deque[tuple[int, ChunkAppender, int, Future]] = deque()
+        self.mark = 0  # the number of the current block of work
+
+    def submit(self, appender: ChunkAppender, index: int, chunk: np.ndarray) -> None:
+        """Queue chunk ``index`` (CHUNK,) float32 of ``appender``'s dataset."""
+        if self.pool is None:
+            future: Future = Future()
+            future.set_result(shuffle_and_deflate(chunk))
+        else:
+            future = self.pool.submit(shuffle_and_deflate, chunk)
+        self.waiting.append((self.mark, appender, index, future))
+
+    def next_block(self) -> None:
+        """Start a new block of work: what is submitted from now on belongs to it."""
+        self.mark += 1
+
+    def write_before(self, mark: int) -> None:
+        """Write every chunk submitted before block ``mark``, in order."""
+        while self.waiting and self.waiting[0][0] < mark:
+            _, appender, index, future = self.waiting.popleft()
+            appender.write(index, future.result())
+
+    def write_all(self) -> None:
+        self.write_before(self.mark + 1)
+
+    def cancel(self) -> None:
+        """Drop what is not written (after an error: nothing more is written)."""
+        for *_, future in self.waiting:
+            future.cancel()
+        self.waiting.clear()
+
+
 class ChunkAppender:
     """Appends float32 values to one 1-D dataset chunked by ``chunk`` values, with shuffle and
-    gzip ``LEVEL``; ``pool`` (None: this thread) compresses whole chunks. ``finish`` writes
-    the last, partial chunk. Chunks are written in order, so the file does not depend on
-    the pool's size."""
+    gzip ``LEVEL``, through ``queue``; ``finish`` queues the last, partial chunk."""
 
-    def __init__(self, dataset, chunk: int, pool: Executor | None = None, ahead: int = 16) -> None:
+    def __init__(self, dataset, chunk: int, queue: ChunkQueue) -> None:
         self.dataset = dataset
         self.chunk = chunk
-        self.pool = pool
-        self.ahead = ahead  # chunks compressed ahead of the writes, at most, per append
+        self.queue = queue
         self.pending = np.empty(0, dtype=np.float32)  # values past the last whole chunk
         self.size = 0  # values appended
-        self.next_chunk = 0  # index of the next chunk to write
-        self.compressing: deque[Future] = deque()
+        self.next_chunk = 0  # index of the next chunk to queue
 
     def append(self, parts: list[np.ndarray]) -> None:
-        """Append the values of ``parts`` (float32 arrays, flattened, in order); their whole
-        chunks are written before returning."""
+        """Append the values of ``parts`` (float32 arrays, flattened, in order): the dataset
+        grows now, its whole chunks are queued."""
         values = np.concatenate(
             [self.pending, *(np.asarray(p, np.float32).reshape(-1) for p in parts)]
         )
         whole = values.size - values.size % self.chunk
         self.size += values.size - self.pending.size
         self.dataset.resize((self.size,))
-        compress = self._compressor()
         for start in range(0, whole, self.chunk):
-            self.compressing.append(compress(values[start : start + self.chunk]))
-            if len(self.compressing) > self.ahead:
-                self._write(self.compressing.popleft())
-        while self.compressing:
-            self._write(self.compressing.popleft())
+            self.queue.submit(self, self.next_chunk, values[start : start + self.chunk])
+            self.next_chunk += 1
         self.pending = values[whole:].copy()
 
     def finish(self) -> None:
-        """Write the last, partial chunk (padded with zeros, as HDF5 stores an edge chunk)."""
+        """Queue the last, partial chunk (padded with zeros, as HDF5 stores an edge chunk)."""
         if self.pending.size:
             padded = np.zeros(self.chunk, dtype=np.float32)
             padded[: self.pending.size] = self.pending
-            self._write(self._compressor()(padded))
+            self.queue.submit(self, self.next_chunk, padded)
+            self.next_chunk += 1
             self.pending = padded[:0]
 
-    def _compressor(self) -> Callable[[np.ndarray], Future]:
-        if self.pool is not None:
-            return lambda chunk: self.pool.submit(shuffle_and_deflate, chunk)  # type: ignore[union-attr]
-
-        def now(chunk: np.ndarray) -> Future:
-            done: Future = Future()
-            done.set_result(shuffle_and_deflate(chunk))
-            return done
-
-        return now
-
-    def _write(self, compressed: Future) -> None:
-        offset = self.next_chunk * self.chunk
-        self.dataset.id.write_direct_chunk((offset,), compressed.result(), filter_mask=0)
-        self.next_chunk += 1
+    def write(self, index: int, compressed: bytes) -> None:
+        self.dataset.id.write_direct_chunk((index * self.chunk,), compressed, filter_mask=0)

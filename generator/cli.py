@@ -61,7 +61,10 @@ def add_arguments(subparsers) -> None:
         "by the 10 %% rule) (default: replay novel, the benchmark)",
     )
     add_forms_argument(generate, "its hash is recorded in the corpus")
-    add_cluster_arguments(generate, jobs_help="worker processes")
+    add_cluster_arguments(
+        generate,
+        jobs_help="worker threads of this process (targets side by side, and the compression)",
+    )
     generate.set_defaults(handler=_generate)
 
     info = subparsers.add_parser("info", help="counts by simulator, future and axis; pass rate")

@@ -414,7 +414,7 @@ def _store_pair(
 
 
 # ---- a target's pairs --------------------------------------------------------------------------
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**JIT_OPTIONS, nogil=True)  # generate's worker threads run it side by side
 def _generate_pairs(
     plan: TargetPlan,
     entropy: np.ndarray,

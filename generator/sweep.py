@@ -256,10 +256,12 @@ def _interrupt_flag():
 def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> Path:
     """Run the whole sweep and write the corpus file atomically; returns its path.
 
-    ``cluster`` (a ``whatif_bench.cluster.DaskCluster`` or a connected ``distributed.Client``)
-    runs the targets on a dask cluster instead of ``config.jobs`` local processes; it is
-    connected first, so an unreachable scheduler fails before anything is written, and the
-    file is byte for byte the one a local run writes.
+    ``config.jobs`` threads of this process make the targets side by side (their kernels let
+    go of Python's lock) and compress the task arrays; ``cluster`` (a
+    ``whatif_bench.cluster.DaskCluster`` or a connected ``distributed.Client``) runs the
+    targets on a dask cluster instead; it is connected first, so an unreachable scheduler
+    fails before anything is written, and the file is byte for byte the one a local run
+    writes.
     Before any work the output is checked (not a folder, not under a file, not the baselines
     file, and an existing file only if it is a whatif corpus: ``outputs.check_file_output``)
     and locked (a second run on the same output fails at once); the temporaries of killed runs
@@ -267,7 +269,7 @@ def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> P
     temporary file and renamed over ``config.out`` only when complete, so a failed,
     interrupted or killed run leaves any earlier corpus as it was. A full disk or a
     read-only folder is an ``OutputError`` naming the path. ``config.specs`` and
-    ``config.forms`` are read (and the forms modules run) once here; workers re-load the
+    ``config.forms`` are read (and the forms modules run) once here; dask workers re-load the
     modules by path and hash (``relationships.source``).
     """
     from whatif_bench.cluster import open_pool
@@ -276,12 +278,12 @@ def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> P
     from whatif_bench.outputs import CORPUS, atomic_output, check_file_output
 
     if cluster is not None and config.jobs not in (None, 1):
-        raise GenerationError(f"give jobs ({config.jobs} local processes) or a cluster, not both")
+        raise GenerationError(f"give jobs ({config.jobs} local threads) or a cluster, not both")
     out = Path(config.out)
     inputs = [config.baselines, *config.specs, *config.forms]
     check_file_output(out, CORPUS, inputs)  # before the pool starts
     with (
-        open_pool(config.jobs or default_jobs(), cluster) as pool,
+        open_pool(config.jobs or default_jobs(), cluster, threads=True) as pool,
         atomic_output(config.out, inputs=inputs, kind=CORPUS) as tmp,
     ):
         source = config.registry_source()  # the spec texts and forms hashes, read once
@@ -302,12 +304,17 @@ def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> P
 def _run(selection, source: RegistrySource, seed: int, pool, progress: bool):
     from tqdm import tqdm
 
+    from whatif_bench.generator import kernels as sweep_kernels
     from whatif_bench.jit_cache import announce_first_compilation
     from whatif_bench.relationships import kernels
 
-    announce_first_compilation("relationship kernels", kernels, enabled=progress)
+    announce_first_compilation(
+        "relationship and generator kernels", kernels, sweep_kernels, enabled=progress
+    )
+    # this process's threads share its relationships; a dask worker loads user forms itself
     calls = (
-        (portable(rel, source), baseline.series[rel.target], seed) for rel, baseline in selection
+        (portable(rel, source) if pool.distributed else rel, baseline.series[rel.target], seed)
+        for rel, baseline in selection
     )
     outputs = pool.ordered(generate_target, calls)
     bar = tqdm(total=len(selection), desc="generating", unit="target", disable=not progress)

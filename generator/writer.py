@@ -25,7 +25,7 @@ from whatif_bench.corpus.fileformat import (
     FORMAT_VERSION,
     USER_REGISTRY,
 )
-from whatif_bench.generator.chunks import LEVEL, ChunkAppender
+from whatif_bench.generator.chunks import LEVEL, ChunkAppender, ChunkQueue
 from whatif_bench.generator.types import GenerationError, PairResult
 from whatif_bench.h5write import GuardedFile
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
@@ -117,6 +117,7 @@ class CorpusWriter:
             data = self.h5.create_group("data")
             threads = self.config.jobs or default_jobs()
             self.pool = ThreadPoolExecutor(threads) if threads > 1 else None
+            self.chunks = ChunkQueue(self.pool)
             self.appenders = {}
             for name in DATA_DATASETS:
                 dataset = data.create_dataset(
@@ -130,7 +131,7 @@ class CorpusWriter:
                     shuffle=True,
                     track_times=False,
                 )
-                self.appenders[name] = ChunkAppender(dataset, CHUNK, self.pool)
+                self.appenders[name] = ChunkAppender(dataset, CHUNK, self.chunks)
             self._write_baselines()
             self.guard.check()
         except BaseException:  # also Ctrl-C: the caller removes the temporary file
@@ -171,9 +172,12 @@ class CorpusWriter:
             if not reason:
                 for name in DATA_DATASETS:
                     chunks[name].append(result.arrays[name].reshape(-1))
+        self.chunks.next_block()
         for name, parts in chunks.items():
             if parts:
                 self.appenders[name].append(parts)
+        # the previous target's chunks, compressed meanwhile; this one's are being compressed
+        self.chunks.write_before(self.chunks.mark)
         self.guard.check()  # a full disk stops the run here, not after the last target
 
     def _add_row(self, result: PairResult, reason: str) -> None:
@@ -232,6 +236,7 @@ class CorpusWriter:
             raise GenerationError("nothing was generated")
         for appender in self.appenders.values():
             appender.finish()
+        self.chunks.write_all()
         pairs = self.h5.create_group("pairs", track_order=True)
         for column, values in self.columns.items():
             if isinstance(values[0], str):
@@ -282,6 +287,8 @@ class CorpusWriter:
             self.guard.close()
 
     def _stop_pool(self) -> None:
+        if getattr(self, "chunks", None) is not None:
+            self.chunks.cancel()  # (written chunks are all there is after an error)
         if getattr(self, "pool", None) is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None

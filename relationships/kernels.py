@@ -28,6 +28,7 @@ class JitFlags(TypedDict, total=False):
     fastmath: bool
     error_model: Literal["python", "numpy"]
     cache: bool
+    nogil: bool
 
 
 # The one place for numba's numeric flags. JIT_FLAGS suit functions made at run time (user

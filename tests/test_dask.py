@@ -354,7 +354,7 @@ def test_the_api_takes_a_connected_client_leaves_it_open_and_refuses_jobs_with_i
         with pytest.raises(Exception, match=r"give jobs \(2 local processes\) or a cluster"):
             evaluate(corpus_path, ["naive"], tmp_path / "o", jobs=2, cluster=client)
         config = GenerationConfig(baselines="b.h5", out=str(tmp_path / "c.h5"), jobs=2)
-        with pytest.raises(Exception, match=r"give jobs \(2 local processes\) or a cluster"):
+        with pytest.raises(Exception, match=r"give jobs \(2 local threads\) or a cluster"):
             generate(config, cluster=client)
         with open_pool(cluster=client) as pool:
             assert pool.distributed

@@ -1,5 +1,5 @@
-"""``ChunkAppender`` writes the chunks HDF5's own shuffle and gzip filters write, in any parts,
-with or without a thread pool."""
+"""``ChunkAppender`` and ``ChunkQueue`` write the chunks HDF5's own shuffle and gzip filters
+write, in any parts, with or without a thread pool, and the same file whatever the pool."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from whatif_bench.generator.chunks import LEVEL, ChunkAppender
+from whatif_bench.generator.chunks import LEVEL, ChunkAppender, ChunkQueue
 
 CHUNK = 64  # small chunks: many whole ones and an edge one in a few hundred values
 
@@ -41,16 +41,25 @@ def write(path: Path, parts: list[np.ndarray], threads: int) -> list[tuple[int, 
     pool = ThreadPoolExecutor(threads) if threads > 1 else None
     try:
         with h5py.File(path, "w") as h5:
-            appender = ChunkAppender(new_dataset(h5, "values"), CHUNK, pool, ahead=3)
-            for part in parts:
+            queue = ChunkQueue(pool)
+            appender = ChunkAppender(new_dataset(h5, "values"), CHUNK, queue)
+            other = ChunkAppender(new_dataset(h5, "other"), CHUNK, queue)
+            for part in parts:  # one block of work per part, written a block late
+                queue.next_block()
                 appender.append([part[: part.size // 2], part[part.size // 2 :]])
+                other.append([part[::-1]])
+                queue.write_before(queue.mark)
             appender.finish()
+            other.finish()
+            queue.write_all()
     finally:
         if pool is not None:
             pool.shutdown()
     with h5py.File(path, "r") as h5:
         values = h5["values"][()]
         assert np.array_equal(values.view(np.uint32), np.concatenate(parts).view(np.uint32))
+        reversed_parts = np.concatenate([part[::-1] for part in parts])
+        assert np.array_equal(h5["other"][()].view(np.uint32), reversed_parts.view(np.uint32))
         return raw_chunks(h5["values"])
 
 

@@ -1,5 +1,10 @@
 """Where the work of ``generate``, ``evaluate`` and ``stream`` runs: in this process, in local
-worker processes (joblib), or on a ``dask.distributed`` cluster; results in submission order.
+worker processes (joblib) or threads, or on a ``dask.distributed`` cluster; results in
+submission order.
+
+Local threads (``open_pool(jobs, threads=True)``) suit work that lets go of Python's lock for
+most of its time (numba kernels compiled with ``nogil``, zlib): ``generate`` runs its targets
+so, with no worker start-up (imports, numba's cache) and no results copied between processes.
 
 ``open_pool(jobs, cluster)`` connects first (and fails at once, before any output exists, if it
 cannot), then gives a ``WorkPool`` whose ``ordered(function, calls)`` yields
@@ -113,14 +118,17 @@ class WorkPool:
     """Runs calls of one function and yields their results in submission order.
 
     ``client`` is a connected ``distributed.Client``, or None for local processes (``jobs``
-    of them; 1 runs in this process)."""
+    of them; 1 runs in this process), or local threads with ``threads``."""
 
-    def __init__(self, jobs: int = 1, client: Any = None, where: str = "") -> None:
+    def __init__(
+        self, jobs: int = 1, client: Any = None, where: str = "", threads: bool = False
+    ) -> None:
         if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
             raise ValueError(f"the number of jobs must be a positive integer, got {jobs!r}")
         self.jobs = jobs
         self.client = client
         self.where = where
+        self.threads = threads
 
     @property
     def distributed(self) -> bool:
@@ -138,7 +146,28 @@ class WorkPool:
             return self._dask(function, calls, shared)
         if self.jobs == 1:
             return (function(*shared, *call) for call in calls)
+        if self.threads:
+            return self._threaded(function, calls, shared)
         return self._local(function, calls, shared)
+
+    def _threaded(self, function: Callable, calls: Iterable[tuple], shared: tuple) -> Iterator[Any]:
+        """``ordered`` on ``jobs`` threads of this process, ``IN_FLIGHT_PER_THREAD`` calls each
+        submitted ahead; calls not started when the caller stops are cancelled."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        window = IN_FLIGHT_PER_THREAD * self.jobs
+        pending: collections.deque = collections.deque()
+        with ThreadPoolExecutor(self.jobs, thread_name_prefix="whatif-worker") as executor:
+            try:
+                for call in calls:
+                    pending.append(executor.submit(function, *shared, *call))
+                    if len(pending) >= window:
+                        yield pending.popleft().result()
+                while pending:
+                    yield pending.popleft().result()
+            finally:
+                for future in pending:
+                    future.cancel()
 
     def _local(self, function: Callable, calls: Iterable[tuple], shared: tuple) -> Iterator[Any]:
         """``ordered`` on ``jobs`` local (loky) processes; a worker that dies is ``WorkerDied``."""
@@ -217,12 +246,15 @@ def toolkit_version() -> str:
 
 
 @contextlib.contextmanager
-def open_pool(jobs: int = 1, cluster: DaskCluster | Any | None = None) -> Iterator[WorkPool]:
-    """A ``WorkPool`` over ``jobs`` local processes, or over ``cluster`` (a ``DaskCluster`` or
-    a connected ``distributed.Client``), ready to run: connected, with workers of this toolkit
-    version. Everything it started is closed on leaving, whatever happened."""
+def open_pool(
+    jobs: int = 1, cluster: DaskCluster | Any | None = None, threads: bool = False
+) -> Iterator[WorkPool]:
+    """A ``WorkPool`` over ``jobs`` local processes (threads with ``threads``), or over
+    ``cluster`` (a ``DaskCluster`` or a connected ``distributed.Client``), ready to run:
+    connected, with workers of this toolkit version. Everything it started is closed on
+    leaving, whatever happened."""
     if cluster is None:
-        yield WorkPool(jobs)
+        yield WorkPool(jobs, threads=threads)
         return
     if isinstance(cluster, DaskCluster):
         with _connect(cluster) as client:

@@ -65,5 +65,5 @@ def test_generate_says_when_it_compiles_first(tmp_path, monkeypatch, compiled):
     monkeypatch.setattr(jit_cache, "compiled_on_disk", lambda *modules: compiled)
     done = run_cli("generate", "--targets", ONE_TARGET, "--out", str(tmp_path / "c.h5"))
     assert done.returncode == 0, done.stderr
-    said = "note: compiling the relationship kernels with numba" in done.stderr
+    said = "note: compiling the relationship and generator kernels with numba" in done.stderr
     assert said is not compiled

@@ -181,7 +181,8 @@ def timed(command: list[str], handshake: bool = False) -> dict[str, float]:
         assert process.stdout is not None and process.stdin is not None
         line = process.stdout.readline()
         if line.strip() != "ready":
-            raise SystemExit(f"error: the reference did not start: {process.stderr.read()[-2000:]}")
+            error = process.stderr.read() if process.stderr else ""
+            raise SystemExit(f"error: the reference did not start: {error[-2000:]}")
         before = _process_cpu(process.pid)
         process.stdin.write("go\n")
         process.stdin.flush()
@@ -234,7 +235,7 @@ def main() -> None:
         return
     folder = Path(tempfile.mkdtemp(prefix="bench-generate-"))
     only = ["--targets", *args.only.split(",")] if args.only else []
-    rows = []
+    rows: list[tuple[str, dict[str, float]]] = []
     print(f"load average before: {load_average()} (cores: {os.cpu_count()})")
     corpus = folder / "jobs1.h5"
     for jobs in args.jobs:
@@ -278,8 +279,8 @@ def main() -> None:
             rows.append((f"generate --jobs 1, {count} target(s)", median_of(runs)))
     print(f"load average after: {load_average()}; medians of {args.repeats} runs")
     print(f"{'run':40s} {'wall s':>8s} {'CPU s':>8s} {'peak RSS MiB':>13s}")
-    for name, figures in rows:
-        print(f"{name:40s} {figures['wall']:8.2f} {figures['cpu']:8.2f} {figures['rss']:13.0f}")
+    for name, row in rows:
+        print(f"{name:40s} {row['wall']:8.2f} {row['cpu']:8.2f} {row['rss']:13.0f}")
     figures = dict(rows)
     plain = figures["numpy + h5py reference"]["cpu"]
     one = figures.get("generate --jobs 1")

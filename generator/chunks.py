@@ -32,7 +32,7 @@ def shuffle_and_deflate(chunk: np.ndarray) -> bytes:
     """One chunk (CHUNK,) float32 as HDF5's shuffle then deflate filters store it: the values'
     first bytes, then their second bytes ..., deflated at ``LEVEL`` (zlib format)."""
     shuffled = np.ascontiguousarray(chunk.view(np.uint8).reshape(-1, chunk.itemsize).T)
-    return zlib.compress(shuffled, LEVEL)
+    return zlib.compress(shuffled.data, LEVEL)
 
 
 class ChunkQueue:

@@ -38,6 +38,7 @@ from whatif_bench.relationships.kernels import (
     BELL,
     CUSTOM_CODE_BASE,
     JIT_OPTIONS,
+    JitFlags,
     RelationshipConstants,
     apply_events_kernel,
     fill_bell_profile,
@@ -53,6 +54,8 @@ INNER_OPTIONS: dict[str, Any] = {
     "no_cfunc_wrapper": True,
 }
 
+# the target kernel lets go of Python's lock: generate runs targets in threads (cluster.py)
+NOGIL_OPTIONS: JitFlags = {**JIT_OPTIONS, "nogil": True}
 # columns of a pair's layout row (``generate_pairs``'s ``layouts``); steps, or offsets
 (
     K,
@@ -414,7 +417,7 @@ def _store_pair(
 
 
 # ---- a target's pairs --------------------------------------------------------------------------
-@numba.njit(**JIT_OPTIONS, nogil=True)  # generate's worker threads run it side by side
+@numba.njit(**NOGIL_OPTIONS)  # generate's worker threads run it side by side
 def _generate_pairs(
     plan: TargetPlan,
     entropy: np.ndarray,

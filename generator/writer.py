@@ -289,8 +289,9 @@ class CorpusWriter:
     def _stop_pool(self) -> None:
         if getattr(self, "chunks", None) is not None:
             self.chunks.cancel()  # (written chunks are all there is after an error)
-        if getattr(self, "pool", None) is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -30,36 +30,34 @@ def _recipe(relationship, k, c_label, ell, e, seed):
     return draw_recipe(key, relationship, context, prediction, 30_000, seed)
 
 
+@st.composite
+def recipes(draw):
+    """A shipped relationship and a recipe drawn for it at any axis values and seed."""
+    relationship = draw(st.sampled_from(RELATIONSHIPS))
+    recipe = _recipe(
+        relationship,
+        draw(st.integers(1, 5)),
+        draw(st.sampled_from(axes.CONTEXT_LABELS)),
+        draw(st.sampled_from(axes.EVENT_LENGTHS)),
+        draw(st.sampled_from(axes.E_SETTINGS)),
+        draw(st.integers(0, 2**32)),
+    )
+    return relationship, recipe
+
+
 @settings(max_examples=400, deadline=None)
-@given(
-    relationship=st.sampled_from(RELATIONSHIPS),
-    k=st.integers(1, 5),
-    c_label=st.sampled_from(axes.CONTEXT_LABELS),
-    ell=st.sampled_from(axes.EVENT_LENGTHS),
-    e=st.sampled_from(axes.E_SETTINGS),
-    seed=st.integers(0, 2**32),
-)
-def test_every_novel_covariate_leaves_the_range_its_history_showed(
-    relationship, k, c_label, ell, e, seed
-):
-    reach = novel_reach(_recipe(relationship, k, c_label, ell, e, seed), relationship)
+@given(drawn=recipes())
+def test_every_novel_covariate_leaves_the_range_its_history_showed(drawn):
+    relationship, recipe = drawn
+    reach = novel_reach(recipe, relationship)
     assert reach.holds, reach
     assert np.all(reach.history_low <= 1.0) and np.all(reach.history_high >= 1.0)  # base value
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    relationship=st.sampled_from(RELATIONSHIPS),
-    k=st.integers(1, 5),
-    c_label=st.sampled_from(axes.CONTEXT_LABELS),
-    ell=st.sampled_from(axes.EVENT_LENGTHS),
-    e=st.sampled_from(axes.E_SETTINGS),
-    seed=st.integers(0, 2**32),
-)
-def test_the_one_pass_reach_is_the_one_the_trajectories_give(
-    relationship, k, c_label, ell, e, seed
-):
-    recipe = _recipe(relationship, k, c_label, ell, e, seed)
+@given(drawn=recipes())
+def test_the_one_pass_reach_is_the_one_the_trajectories_give(drawn):
+    relationship, recipe = drawn
     fast, reference = novel_reach(recipe, relationship), novel_reach_reference(recipe, relationship)
     for name in ("history_low", "history_high", "reach", "rises"):
         mine, theirs = getattr(fast, name), getattr(reference, name)

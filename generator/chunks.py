@@ -28,6 +28,23 @@ import numpy as np
 LEVEL = 1  # gzip level of the corpus's task arrays (docs/CORPUS_FORMAT.md)
 
 
+def create_task_array(group, name: str, chunk: int):
+    """An empty, growable 1-D float32 dataset ``name`` in ``group``, chunked by ``chunk`` values,
+    with shuffle and gzip at ``LEVEL``: how the corpus's task arrays are made, and what the
+    chunks ``ChunkAppender`` writes must decode as."""
+    return group.create_dataset(
+        name,
+        shape=(0,),
+        maxshape=(None,),
+        dtype=np.float32,
+        chunks=(chunk,),
+        compression="gzip",
+        compression_opts=LEVEL,
+        shuffle=True,
+        track_times=False,
+    )
+
+
 def shuffle_and_deflate(chunk: np.ndarray) -> bytes:
     """One chunk (CHUNK,) float32 as HDF5's shuffle then deflate filters store it: the values'
     first bytes, then their second bytes ..., deflated at ``LEVEL`` (zlib format)."""

@@ -14,9 +14,9 @@ positive, a stored value beyond float32) is marked ``FALLBACK``: the caller make
 reference, which raises the reference's error. Targets with user forms never come here (their
 kernels are compiled at run time; ``target_plan`` returns None).
 
-The helpers without an underscore (``pairwise_sum``, ``effect_ratio_kernel``,
-``store_rounded``, ``store_covariates``) are shared with the training stream's kernels
-(``stream/_kernels.py``).
+The helpers without an underscore (``draw_recipe_kernel``, ``pairwise_sum``,
+``effect_ratio_kernel``, ``store_rounded``, ``store_covariates``) are shared with the training
+stream's kernels (``stream/_kernels.py``).
 """
 
 from __future__ import annotations
@@ -238,6 +238,67 @@ def store_covariates(
 
 # ---- one pair --------------------------------------------------------------------------------
 @numba.njit(**INNER_OPTIONS)
+def draw_recipe_kernel(
+    state: np.ndarray,
+    lowest: int,
+    highest: int,
+    n_events: int,
+    k: int,
+    only_increase: bool,
+    signs: np.ndarray,
+    above: np.ndarray,
+    below: np.ndarray,
+    novel_rule: np.ndarray,
+    directions: np.ndarray,
+    factors: np.ndarray,
+    novel: np.ndarray,
+) -> tuple[int, int, bool]:
+    """``draw_recipe_from``'s draws, in its order: the window start in ``lowest..highest``, per
+    event a direction (+1 / -1 into ``directions``) and one factor per covariate (into
+    ``factors``, row-major (E, K)), the Replay source, then per covariate the Novel factor
+    (into ``novel``). ``signs`` (K,): +1 a direct covariate, -1 an inverse one; ``above`` and
+    ``below``: the pool's factors above and below 1, in pool order; ``novel_rule``: the Novel
+    offset's low and span, the Novel scale's low and span. Returns the window start, the Replay
+    source, and False where the reference would fail (an empty side of the pool, a factor that
+    is not finite and positive). The stream's kernels draw the same way after their axis draws.
+    """
+    window_start = lowest + next_integer(state, highest - lowest + 1)
+    n_above, n_below = above.shape[0], below.shape[0]
+    for event in range(n_events):
+        up = True if only_increase else next_integer(state, 2) == 1
+        directions[event] = 1 if up else -1
+        for covariate in range(k):
+            if (signs[covariate] > 0) == up:
+                if n_above == 0:
+                    return window_start, 0, False
+                factor = above[next_integer(state, n_above)]
+            else:
+                if n_below == 0:
+                    return window_start, 0, False
+                factor = below[next_integer(state, n_below)]
+            if not (np.isfinite(factor) and factor > 0.0):
+                return window_start, 0, False
+            factors[event * k + covariate] = factor
+    replay_source = next_integer(state, n_events)
+    offset_low, offset_span, scale_low, scale_span = novel_rule
+    for covariate in range(k):
+        if signs[covariate] > 0:
+            highest_factor = 1.0  # the base value outside events
+            for event in range(n_events):
+                highest_factor = max(highest_factor, factors[event * k + covariate])
+            value = highest_factor + (offset_low + offset_span * next_double(state))
+        else:
+            lowest_factor = 1.0
+            for event in range(n_events):
+                lowest_factor = min(lowest_factor, factors[event * k + covariate])
+            value = lowest_factor * (scale_low + scale_span * next_double(state))
+        if not (np.isfinite(value) and value > 0.0):
+            return window_start, replay_source, False
+        novel[covariate] = value
+    return window_start, replay_source, True
+
+
+@numba.njit(**INNER_OPTIONS)
 def _draw(
     plan: TargetPlan,
     state: np.ndarray,
@@ -247,45 +308,25 @@ def _draw(
     factors: np.ndarray,
     novel: np.ndarray,
 ) -> bool:
-    """Draw one pair's recipe in ``draw_recipe``'s order: window start, per event a direction
-    and one factor per covariate, the Replay source, then per covariate the Novel factor.
-    False when the reference would fail (an empty side of the pool, a factor not finite and
-    positive)."""
-    k, n_events = layout[K], layout[N_EVENTS]
-    picks[WINDOW_START] = next_integer(state, layout[LATEST_START] + 1)
-    n_above, n_below = plan.above.shape[0], plan.below.shape[0]
-    for event in range(n_events):
-        up = True if plan.ints[ONLY_INCREASE] else next_integer(state, 2) == 1
-        directions[event] = 1 if up else -1
-        for covariate in range(k):
-            if (plan.signs[covariate] > 0) == up:
-                if n_above == 0:
-                    return False
-                factor = plan.above[next_integer(state, n_above)]
-            else:
-                if n_below == 0:
-                    return False
-                factor = plan.below[next_integer(state, n_below)]
-            if not (np.isfinite(factor) and factor > 0.0):
-                return False
-            factors[event * k + covariate] = factor
-    picks[REPLAY_SOURCE] = next_integer(state, n_events)
-    offset_low, offset_span, scale_low, scale_span = plan.novel
-    for covariate in range(k):
-        if plan.signs[covariate] > 0:
-            highest = 1.0  # the base value outside events
-            for event in range(n_events):
-                highest = max(highest, factors[event * k + covariate])
-            value = highest + (offset_low + offset_span * next_double(state))
-        else:
-            lowest = 1.0
-            for event in range(n_events):
-                lowest = min(lowest, factors[event * k + covariate])
-            value = lowest * (scale_low + scale_span * next_double(state))
-        if not (np.isfinite(value) and value > 0.0):
-            return False
-        novel[covariate] = value
-    return True
+    """Draw one pair's recipe (``draw_recipe_kernel``) into ``picks`` and the arrays; False
+    when the reference would fail."""
+    window_start, replay_source, usable = draw_recipe_kernel(
+        state,
+        0,
+        layout[LATEST_START],
+        layout[N_EVENTS],
+        layout[K],
+        plan.ints[ONLY_INCREASE] != 0,
+        plan.signs,
+        plan.above,
+        plan.below,
+        plan.novel,
+        directions,
+        factors,
+        novel,
+    )
+    picks[WINDOW_START], picks[REPLAY_SOURCE] = window_start, replay_source
+    return usable
 
 
 @numba.njit(**INNER_OPTIONS)

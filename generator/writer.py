@@ -25,7 +25,7 @@ from whatif_bench.corpus.fileformat import (
     FORMAT_VERSION,
     USER_REGISTRY,
 )
-from whatif_bench.generator.chunks import LEVEL, ChunkAppender, ChunkQueue
+from whatif_bench.generator.chunks import ChunkAppender, ChunkQueue, create_task_array
 from whatif_bench.generator.types import GenerationError, PairResult
 from whatif_bench.h5write import GuardedFile
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
@@ -120,18 +120,9 @@ class CorpusWriter:
             self.chunks = ChunkQueue(self.pool)
             self.appenders = {}
             for name in DATA_DATASETS:
-                dataset = data.create_dataset(
-                    name,
-                    shape=(0,),
-                    maxshape=(None,),
-                    dtype=np.float32,
-                    chunks=(CHUNK,),
-                    compression="gzip",
-                    compression_opts=LEVEL,
-                    shuffle=True,
-                    track_times=False,
+                self.appenders[name] = ChunkAppender(
+                    create_task_array(data, name, CHUNK), CHUNK, self.chunks
                 )
-                self.appenders[name] = ChunkAppender(dataset, CHUNK, self.chunks)
             self._write_baselines()
             self.guard.check()
         except BaseException:  # also Ctrl-C: the caller removes the temporary file

@@ -30,12 +30,12 @@ from whatif_bench.corpus.axes import NOVEL_REACH
 from whatif_bench.corpus.random_twin import (
     STATE_WORDS,
     next_choice,
-    next_double,
     next_integer,
     seed_state,
 )
 from whatif_bench.generator.kernels import (
     INNER_OPTIONS,
+    draw_recipe_kernel,
     effect_ratio_kernel,
     store_covariates,
     store_rounded,
@@ -150,36 +150,24 @@ def _draw_attempt(
     setting = _pick(plan, state, plan.e_table[entry, c, length])
     future = _pick(plan, state, plan.future_table[0])
     layout = plan.layouts[entry, c, length, setting]
-    lowest, highest = layout[L_LOWEST], layout[L_HIGHEST]
-    window_start = lowest + next_integer(state, highest - lowest + 1)
-    n_events = layout[L_EVENTS]
     ints = plan.entry_ints[entry]
-    for event in range(n_events):
-        up = True if ints[ONLY_INCREASE] else next_integer(state, 2) == 1
-        directions[event] = 1 if up else -1
-        for covariate in range(k):
-            if (plan.signs[entry, covariate] > 0) == up:
-                if ints[N_ABOVE] == 0:
-                    return False
-                factor = plan.above[entry, next_integer(state, ints[N_ABOVE])]
-            else:
-                if ints[N_BELOW] == 0:
-                    return False
-                factor = plan.below[entry, next_integer(state, ints[N_BELOW])]
-            factors[event * k + covariate] = factor
-    replay_source = next_integer(state, n_events)
-    offset_low, offset_span, scale_low, scale_span = plan.novel
-    for covariate in range(k):
-        if plan.signs[entry, covariate] > 0:
-            highest_factor = 1.0  # the base value outside events
-            for event in range(n_events):
-                highest_factor = max(highest_factor, factors[event * k + covariate])
-            novel[covariate] = highest_factor + (offset_low + offset_span * next_double(state))
-        else:
-            lowest_factor = 1.0
-            for event in range(n_events):
-                lowest_factor = min(lowest_factor, factors[event * k + covariate])
-            novel[covariate] = lowest_factor * (scale_low + scale_span * next_double(state))
+    window_start, replay_source, usable = draw_recipe_kernel(
+        state,
+        layout[L_LOWEST],
+        layout[L_HIGHEST],
+        layout[L_EVENTS],
+        k,
+        ints[ONLY_INCREASE] != 0,
+        plan.signs[entry],
+        plan.above[entry, : ints[N_ABOVE]],
+        plan.below[entry, : ints[N_BELOW]],
+        plan.novel,
+        directions,
+        factors,
+        novel,
+    )
+    if not usable:
+        return False
     picks[ENTRY], picks[K], picks[CONTEXT], picks[LENGTH] = entry, k, c, length
     picks[SETTING], picks[FUTURE] = setting, future
     picks[WINDOW_START], picks[REPLAY_SOURCE] = window_start, replay_source

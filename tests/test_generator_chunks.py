@@ -11,24 +11,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from whatif_bench.generator.chunks import LEVEL, ChunkAppender, ChunkQueue
+from whatif_bench.generator.chunks import ChunkAppender, ChunkQueue, create_task_array
 
 CHUNK = 64  # small chunks: many whole ones and an edge one in a few hundred values
 
 
 def new_dataset(h5: h5py.File, name: str) -> h5py.Dataset:
     """A dataset made as the corpus writer makes its task arrays."""
-    return h5.create_dataset(
-        name,
-        shape=(0,),
-        maxshape=(None,),
-        dtype=np.float32,
-        chunks=(CHUNK,),
-        compression="gzip",
-        compression_opts=LEVEL,
-        shuffle=True,
-        track_times=False,
-    )
+    return create_task_array(h5, name, CHUNK)
 
 
 def raw_chunks(dataset: h5py.Dataset) -> list[tuple[int, bytes]]:

@@ -252,7 +252,7 @@ def draw_recipe_kernel(
     directions: np.ndarray,
     factors: np.ndarray,
     novel: np.ndarray,
-) -> tuple[int, int, bool]:
+) -> tuple[int | np.int64, int | np.int64, bool]:
     """``draw_recipe_from``'s draws, in its order: the window start in ``lowest..highest``, per
     event a direction (+1 / -1 into ``directions``) and one factor per covariate (into
     ``factors``, row-major (E, K)), the Replay source, then per covariate the Novel factor

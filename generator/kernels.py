@@ -77,7 +77,6 @@ N_PICKS = 3
 # a pair's status: kept, the first part that fails the 10 % rule (PairResult.drop_reason's
 # order), or made by the reference
 KEPT, DROPPED_HISTORY, DROPPED_REPLAY, DROPPED_NOVEL, FALLBACK = range(5)
-DROP_REASONS = ("", "history", "replay", "novel")  # by status
 # the corpus's data datasets, in DATA_DATASETS' order, as block indices
 HISTORY_TARGET, HISTORY_COVARIATES, FUTURE_TARGET, FUTURE_COVARIATES = range(4)
 # columns of ``TargetPlan.ints``

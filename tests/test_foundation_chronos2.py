@@ -236,12 +236,14 @@ def test_a_missing_or_foreign_folder_is_a_model_error_when_it_loads(tmp_path):
         foundation_model("chronos2", str(foreign)).predict([_ramp_task()])
 
 
-@pytest.mark.slow  # about 1 s
+@pytest.mark.slow  # about 6 s
 def test_whatif_evaluate_scores_every_task_with_a_saved_chronos2(
     capsys, one_target_corpus, saved, tmp_path
 ):
-    # this process has run torch already (the tests above): the forked children that run the
-    # batches must not hang in torch's thread pool (FoundationForecaster._fork_safe_threads)
+    # --jobs 1 scores in this process, which has run torch already (the tests above): the
+    # children it forks to run the batches must not hang in torch's thread pool
+    # (FoundationForecaster._fork_safe_threads). (Two worker processes would each import torch
+    # and the library first: about 20 s more here.)
     out = tmp_path / "out"
     code, stdout, _ = run_main(
         capsys,
@@ -249,6 +251,8 @@ def test_whatif_evaluate_scores_every_task_with_a_saved_chronos2(
         str(one_target_corpus),
         "--models",
         f"naive,chronos2:{saved}",
+        "--jobs",
+        "1",
         "--model-timeout",
         "120",
         "--out",

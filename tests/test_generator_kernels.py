@@ -91,6 +91,7 @@ def test_covering_targets_cover_both_combinations_and_bells(registry):
 
 
 @pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.one_quick  # about 5 s a case: the reference path makes every pair in Python
 def test_every_pair_of_every_kind_of_target_is_the_references(registry, baselines, seed):
     verdicts = set()
     for simulator, target in covering_targets(registry):

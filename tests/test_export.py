@@ -31,6 +31,10 @@ ARRAYS = (
     "future_target",
     "counterfactual_future",
 )
+# The tests that only need some export select the replay futures: half the tasks, both
+# simulators. --subset alone keeps every task of this corpus (a stratum holds one task per
+# target), so each of their exports would write all of them.
+REPLAY = ["replay"]
 
 
 @pytest.fixture(scope="module")
@@ -59,33 +63,41 @@ def _bits(values) -> np.ndarray:
     return np.asarray(values, dtype=np.float32).view(np.uint32)
 
 
-def _assert_rows_equal(rows, corpus_path):
+@pytest.fixture(scope="module")
+def corpus_tasks(corpus_path):
+    """Every task of the corpus in id order, with its description: read once for the tests
+    that compare what a reader of the export returns with them."""
     with Corpus(corpus_path) as corpus:
         describer = Describer(corpus)
-        ids = corpus.task_ids()
-        assert list(rows["task_id"]) == ids
-        for i, task_id in enumerate(ids):
-            task = corpus[task_id]
-            row = rows[i]
-            for name in ARRAYS:
-                expected = getattr(task, name)
-                got = np.asarray(row[name], dtype=np.float32)
-                assert got.shape == expected.shape, (task_id, name)
-                assert np.array_equal(_bits(got), _bits(expected)), (task_id, name)
-            assert row["covariates"] == list(task.covariates)
-            assert row["target_unit"] == task.units[task.target]
-            assert row["k"] == task.k and row["c_label"] == task.c_label
-            assert row["context_length"] == task.context_length
-            assert row["prediction_length"] == task.prediction_length
-            assert row["interval_s"] == task.interval_s
-            assert row["start"] == task.timestamps()[0].isoformat()  # text: torch format takes it
-            assert row["pair_id"] + "/" + row["future"] == task_id
-            assert json.loads(row["recipe"]) == json.loads(json.dumps(task.recipe))
-            assert json.loads(row["description"]) == describer.describe(task)
+        tasks = [corpus[task_id] for task_id in corpus.task_ids()]
+        return [(task, describer.describe(task)) for task in tasks]
+
+
+def _assert_rows_equal(rows, corpus_tasks):
+    ids = [task.task_id for task, _ in corpus_tasks]
+    assert list(rows["task_id"]) == ids
+    for i, (task, description) in enumerate(corpus_tasks):
+        task_id = task.task_id
+        row = rows[i]
+        for name in ARRAYS:
+            expected = getattr(task, name)
+            got = np.asarray(row[name], dtype=np.float32)
+            assert got.shape == expected.shape, (task_id, name)
+            assert np.array_equal(_bits(got), _bits(expected)), (task_id, name)
+        assert row["covariates"] == list(task.covariates)
+        assert row["target_unit"] == task.units[task.target]
+        assert row["k"] == task.k and row["c_label"] == task.c_label
+        assert row["context_length"] == task.context_length
+        assert row["prediction_length"] == task.prediction_length
+        assert row["interval_s"] == task.interval_s
+        assert row["start"] == task.timestamps()[0].isoformat()  # text: torch format takes it
+        assert row["pair_id"] + "/" + row["future"] == task_id
+        assert json.loads(row["recipe"]) == json.loads(json.dumps(task.recipe))
+        assert json.loads(row["description"]) == description
 
 
 @pytest.mark.slow  # about 3 s
-def test_load_dataset_parquet_reads_every_array_bit_for_bit(exported, corpus_path):
+def test_load_dataset_parquet_reads_every_array_bit_for_bit(exported, corpus_tasks):
     from datasets import load_dataset
 
     files = sorted(str(p) for p in (exported / "data").glob("*.parquet"))
@@ -96,7 +108,7 @@ def test_load_dataset_parquet_reads_every_array_bit_for_bit(exported, corpus_pat
     assert groups == [100, 100, 50]
     assert pq.ParquetFile(files[0]).metadata.row_group(0).column(15).compression == "ZSTD"
     ds = load_dataset("parquet", data_files=files, split="train")
-    _assert_rows_equal(ds, corpus_path)
+    _assert_rows_equal(ds, corpus_tasks)
 
 
 # The shipped baselines' documented starts (see test_shipped_baselines.py).
@@ -116,13 +128,13 @@ def test_a_rows_start_is_its_simulators_date_plus_its_window_offset(exported, co
             assert starts[task.task_id] == expected, simulator
 
 
-@pytest.mark.slow  # about 2 s
-def test_dataset_from_parquet_reads_the_same(exported, corpus_path):
+@pytest.mark.slow  # about 1 s
+def test_dataset_from_parquet_reads_the_same(exported, corpus_tasks):
     from datasets import Dataset
 
     files = sorted(str(p) for p in (exported / "data").glob("*.parquet"))
     ds = Dataset.from_parquet(files)
-    _assert_rows_equal(ds, corpus_path)
+    _assert_rows_equal(ds, corpus_tasks)
 
 
 def test_card_config_and_features_load_offline(exported, monkeypatch):
@@ -218,7 +230,15 @@ def test_manifest_is_written_last_and_describes_the_export(exported, corpus_path
 @pytest.mark.slow  # about 2 s
 def test_same_input_gives_byte_identical_files(corpus_path, tmp_path):
     outs = [
-        export_corpus(corpus_path, "parquet", tmp_path / name, subset=0.3, seed=7, progress=False)
+        export_corpus(
+            corpus_path,
+            "parquet",
+            tmp_path / name,
+            subset=0.3,
+            seed=7,
+            futures=REPLAY,
+            progress=False,
+        )
         for name in ("a", "b")
     ]
     files = [sorted(p.relative_to(o) for p in o.rglob("*") if p.is_file()) for o in outs]
@@ -257,14 +277,18 @@ def test_selection_options(corpus_path, tmp_path):
     }
 
 
-@pytest.mark.slow  # about 2 s
+@pytest.mark.slow  # about 1 s
 def test_existing_out_is_refused_and_overwrite_replaces_it_when_done(corpus_path, tmp_path):
-    out = export_corpus(corpus_path, "parquet", tmp_path / "o", subset=0.05, progress=False)
+    out = export_corpus(
+        corpus_path, "parquet", tmp_path / "o", subset=0.05, futures=REPLAY, progress=False
+    )
     before = (out / "manifest.json").read_bytes()
     with pytest.raises(WhatIfError, match="already exists; pass --overwrite to replace it"):
-        export_corpus(corpus_path, "parquet", out, subset=0.1, progress=False)
+        export_corpus(corpus_path, "parquet", out, subset=0.1, futures=REPLAY, progress=False)
     assert (out / "manifest.json").read_bytes() == before
-    export_corpus(corpus_path, "parquet", out, subset=0.1, overwrite=True, progress=False)
+    export_corpus(
+        corpus_path, "parquet", out, subset=0.1, futures=REPLAY, overwrite=True, progress=False
+    )
     assert json.loads((out / "manifest.json").read_text())["selection"]["subset"] == 0.1
     assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock", "o"]
 
@@ -279,11 +303,13 @@ def test_overwrite_never_replaces_a_folder_that_is_not_an_export(corpus_path, tm
 
 
 @pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
-@pytest.mark.one_quick  # about 2 s over all its cases
+@pytest.mark.one_quick  # about 1 s over all its cases
 def test_a_failure_or_ctrl_c_leaves_the_old_export_and_no_temporary_folder(
     corpus_path, tmp_path, monkeypatch, error
 ):
-    out = export_corpus(corpus_path, "parquet", tmp_path / "o", subset=0.05, progress=False)
+    out = export_corpus(
+        corpus_path, "parquet", tmp_path / "o", subset=0.05, futures=REPLAY, progress=False
+    )
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     calls = []
 
@@ -314,7 +340,9 @@ def test_a_stale_temporary_folder_of_a_killed_run_is_removed(corpus_path, tmp_pa
     mine = [tmp_path / ".o.partial-999999", tmp_path / ".o.old-backup"]  # names a user may have
     for folder in mine:
         (folder / "data").mkdir(parents=True)
-    export_corpus(corpus_path, "parquet", tmp_path / "o", subset=0.05, progress=False)
+    export_corpus(
+        corpus_path, "parquet", tmp_path / "o", subset=0.05, futures=REPLAY, progress=False
+    )
     assert not stale.exists()
     assert all((folder / "data").is_dir() for folder in mine)
 
@@ -439,7 +467,9 @@ def test_dot_root_and_symlink_outs_are_clear_errors(corpus_path, tmp_path, monke
         export_corpus(corpus_path, "parquet", ".", overwrite=True, progress=False)
     with pytest.raises(WhatIfError, match="^/: cannot export to the root folder"):
         export_corpus(corpus_path, "parquet", "/", overwrite=True, progress=False)
-    real = export_corpus(corpus_path, "parquet", tmp_path / "real", subset=0.05, progress=False)
+    real = export_corpus(
+        corpus_path, "parquet", tmp_path / "real", subset=0.05, futures=REPLAY, progress=False
+    )
     (tmp_path / "link").symlink_to(real)
     with pytest.raises(WhatIfError, match="link: is a symbolic link; give the folder itself"):
         export_corpus(corpus_path, "parquet", "link", overwrite=True, progress=False)
@@ -507,13 +537,13 @@ def test_ctrl_c_of_the_real_command_removes_the_temporary_folder(corpus_path, tm
         ("gluonts", [], ["metadata.json"]),  # written without GluonTS: runs under pandas 3 too
     ],
 )
-@pytest.mark.one_quick  # about 11 s over all its cases
+@pytest.mark.one_quick  # about 14 s over all its cases
 def test_every_format_runs_through_the_command(
     tmp_path, capsys, corpus_path, format_, options, files
 ):
     out = tmp_path / "export"
     argv = ["export", str(corpus_path), "--format", format_, "--out", str(out)]
-    code = main([*argv, "--subset", "0.05", *options])
+    code = main([*argv, "--subset", "0.05", "--futures", *REPLAY, *options])
     err = capsys.readouterr().err
     assert code == 0, err
     manifest = json.loads((out / "manifest.json").read_text())

@@ -34,6 +34,9 @@ fev = pytest.importorskip("fev")
 
 TARGETS = ("epanet/pressure_10",)
 PER_GROUP = 2  # tasks per (C, K) group in the small selection scored one fev Task at a time
+# fev's num_proc when a test loads a Task's data: 0 runs datasets' validation map in this process
+# (1 still starts a worker pool, about 0.2 s a file); tasks.yaml's test loads with fev's default
+IN_PROCESS = 0
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +71,15 @@ def exported(corpus_path, selection, tmp_path_factory):
     return pooled_dir, pooled, single_dir, single
 
 
+@pytest.fixture(scope="module")
+def pooled_benchmark(exported):
+    """The pooled export read by fev (one Task per file), every file loaded once for the tests."""
+    benchmark = fev_export.load_benchmark(exported[0])
+    for task in benchmark.tasks:
+        task.load_full_dataset(num_proc=IN_PROCESS)  # fev keeps it: windows and scores reuse it
+    return benchmark
+
+
 def naive_predictions(window, levels) -> list[dict]:
     past, _ = window.get_input_data()
     horizon = len(window.get_ground_truth()[0]["target"])
@@ -92,10 +104,10 @@ def test_manifest_is_json_and_groups_have_one_horizon(exported, selection, corpu
     assert {g["freq"] for g in pooled["groups"]} == {"5min"}  # what pandas infers, as fev does
 
 
-@pytest.mark.slow  # about 8 s
-def test_fev_reads_every_file_and_data_equal_the_corpus(exported, corpus_path):
-    folder, manifest, _, _ = exported
-    benchmark = fev_export.load_benchmark(folder)
+@pytest.mark.slow  # about 1 s, and the 2 s of pooled_benchmark
+def test_fev_reads_every_file_and_data_equal_the_corpus(exported, pooled_benchmark, corpus_path):
+    _, manifest, _, _ = exported
+    benchmark = pooled_benchmark
     assert len(benchmark.tasks) == len(manifest["groups"])
     with Corpus(corpus_path) as corpus:
         for task, group in zip(benchmark.tasks, manifest["groups"], strict=True):
@@ -160,7 +172,7 @@ def test_each_series_carries_its_description(exported, corpus_path):
             assert json.loads(text) == describer.describe(corpus[task_id])
 
 
-@pytest.mark.slow  # about 13 s
+@pytest.mark.slow  # about 6 s
 def test_per_task_fev_scores_equal_whatif_evaluate(exported, naive_scores, selection):
     _, _, folder, manifest = exported
     benchmark = fev_export.load_benchmark(folder, per_task=True)
@@ -171,7 +183,8 @@ def test_per_task_fev_scores_equal_whatif_evaluate(exported, naive_scores, selec
     ]
     assert [t.task_name for t in benchmark.tasks] == expected_names
     for task in benchmark.tasks:
-        predictions = [naive_predictions(w, task.quantile_levels) for w in task.iter_windows()]
+        windows = task.iter_windows(num_proc=IN_PROCESS)
+        predictions = [naive_predictions(w, task.quantile_levels) for w in windows]
         summary = task.evaluation_summary(predictions, model_name="naive")
         expected = naive_scores.loc[task.task_name]
         assert summary["num_forecasts"] == 1
@@ -179,10 +192,9 @@ def test_per_task_fev_scores_equal_whatif_evaluate(exported, naive_scores, selec
         assert summary["WAPE"] == pytest.approx(expected["wape"], rel=0, abs=1e-9)
 
 
-@pytest.mark.slow  # about 8 s
-def test_pooled_fev_scores_are_the_abs_weighted_mean(exported, corpus_path, naive_scores):
-    folder, manifest, _, _ = exported
-    benchmark = fev_export.load_benchmark(folder)
+@pytest.mark.slow  # about 2 s, and the 2 s of pooled_benchmark
+def test_pooled_fev_scores_are_the_abs_weighted_mean(pooled_benchmark, corpus_path, naive_scores):
+    benchmark = pooled_benchmark
     levels = np.asarray(QUANTILE_LEVELS)
     with Corpus(corpus_path) as corpus:
         for task in benchmark.tasks:

@@ -33,6 +33,10 @@ from whatif_bench.evaluation.llm_prompt import (
     inline_prompt,
 )
 
+# the reports of llm score and evaluate draw one skill plot, not five (tests/conftest.py): not
+# what these tests check
+pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")
+
 KEY_ENV = "WHATIF_TEST_LLM_KEY"
 SECRET = "sk-test-5ecret-do-not-write-0123456789"
 MODEL = "test/model:v1"
@@ -682,7 +686,7 @@ def scored(one_target_corpus, export, lines, server, tmp_path_factory):
     return root, codes, run_requests
 
 
-@pytest.mark.slow  # about 6 s
+@pytest.mark.slow  # about 9 s
 def test_the_batch_file_holds_one_valid_request_per_task(scored, export, lines):
     root, _, _ = scored
     requests = [json.loads(t) for t in (root / "requests.jsonl").read_text().splitlines()]
@@ -698,7 +702,7 @@ def test_the_batch_file_holds_one_valid_request_per_task(scored, export, lines):
         ]
 
 
-@pytest.mark.slow  # the scored fixture: every task asked by run and by a batch (about 6 s)
+@pytest.mark.slow  # the scored fixture: every task asked by run and by a batch (about 9 s)
 def test_score_writes_the_llm_next_to_the_baselines_with_imputed_tasks(scored, lines):
     root, codes, run_requests = scored
     assert codes == {"run": 0, "batch": 0}
@@ -1064,7 +1068,7 @@ def test_answers_of_another_corpus_are_not_scored(
     assert f"the answer of {lines[0]['task_id']} was made from another corpus" in changed.reason
 
 
-@pytest.mark.slow  # about 2 s
+@pytest.mark.slow  # about 4 s
 def test_evaluate_with_llm_dir_scores_the_answers_as_llm_score_does(
     capsys, scored, lines, one_target_corpus
 ):

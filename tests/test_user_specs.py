@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_whatif
+from tests.conftest import run_whatif, run_whatif_drawing_one_skill_plot
 from whatif_bench.generator import GenerationConfig
 from whatif_bench.generator.types import GenerationError
 from whatif_bench.relationships.source import RegistrySource
@@ -173,7 +173,7 @@ def test_verify_and_show_refuse_without_the_forms_or_with_changed_ones(corpus, i
     )
 
 
-@pytest.mark.slow  # about 2 s
+@pytest.mark.slow  # about 9 s
 def test_show_and_evaluate_read_a_user_corpus(corpus, inputs, tmp_path):
     from whatif_bench.generator import Corpus
 
@@ -186,7 +186,8 @@ def test_show_and_evaluate_read_a_user_corpus(corpus, inputs, tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith(task_id) and png.stat().st_size > 0
     out = tmp_path / "eval"
-    scored = run_whatif(
+    # a process of its own: this one may hold the user forms; one skill plot of the five
+    scored = run_whatif_drawing_one_skill_plot(
         "evaluate",
         str(corpus),
         "--models",

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_cli, run_main
+from tests.conftest import drawing_one_skill_plot, run_cli, run_main
 from whatif_bench.corpus import CorpusError
 from whatif_bench.evaluation import Forecast, evaluate, runner
 from whatif_bench.evaluation.runner import (
@@ -27,6 +27,15 @@ def corpus_path(two_target_corpus):
     return two_target_corpus
 
 
+@pytest.fixture(scope="module")
+def a_tenth_of_the_ids(corpus_path) -> list[str]:
+    """Every tenth task id of the corpus (76 of its 760): both simulators and futures, every K
+    and C. Any ``subset`` of this corpus is the whole of it (every stratum holds one task), so
+    the tests whose behaviour does not depend on the size evaluate these."""
+    with Corpus(corpus_path) as corpus:
+        return corpus.task_ids()[::10]
+
+
 class MeanOfHistory:
     """A user model: the history mean, as a point forecast."""
 
@@ -39,12 +48,11 @@ class MeanOfHistory:
         ]
 
 
-@pytest.mark.slow  # about 4 s
-def test_evaluate_scores_every_task_and_writes_reports(tmp_path, corpus_path):
+@pytest.mark.slow  # about 3 s
+def test_evaluate_scores_every_task_and_writes_reports(tmp_path, corpus_path, a_tenth_of_the_ids):
     out = tmp_path / "eval"
-    result = evaluate(
-        corpus_path, ["naive", "linear", "ridge", MeanOfHistory()], out, subset=0.1, progress=False
-    )
+    models = ["naive", "linear", "ridge", MeanOfHistory()]
+    result = evaluate(corpus_path, models, out, task_ids=a_tenth_of_the_ids, progress=False)
     per_task = pd.read_parquet(out / "per_task.parquet")
     n_tasks = per_task["task_id"].nunique()
     assert len(per_task) == 4 * n_tasks
@@ -72,12 +80,19 @@ def test_a_subset_that_is_not_every_task_says_its_leaderboard_is_its_own(selecte
     assert ("not with the whole corpus's" in words) is warns
 
 
-@pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
-def test_the_naive_error_is_its_wql_at_the_median(tmp_path, corpus_path):
+@pytest.fixture(scope="module")
+def naive_on_a_subset(corpus_path, tmp_path_factory):
+    """naive on ``subset=0.05`` (one skill plot): its result and what it said (``log``), read by
+    the two tests after this; its folder is not changed."""
     said: list[str] = []
-    result = evaluate(
-        corpus_path, ["naive"], tmp_path / "n", subset=0.05, progress=False, log=said.append
-    )
+    out = tmp_path_factory.mktemp("naive-subset") / "n"
+    with drawing_one_skill_plot():
+        result = evaluate(corpus_path, ["naive"], out, subset=0.05, progress=False, log=said.append)
+    return result, said
+
+
+def test_the_naive_error_is_its_wql_at_the_median(corpus_path, naive_on_a_subset):
+    result, said = naive_on_a_subset
     with Corpus(corpus_path) as corpus:
         total = len(corpus.tasks_frame())
     # the subset's size is said (rounded up per stratum, so above 5 %), and is not a problem
@@ -105,15 +120,18 @@ def test_the_naive_error_is_its_wql_at_the_median(tmp_path, corpus_path):
 
 @pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
 @pytest.mark.slow  # about 1 s
-def test_an_interrupted_evaluation_resumes_without_recomputing(tmp_path, corpus_path):
+def test_an_interrupted_evaluation_resumes_without_recomputing(
+    tmp_path, corpus_path, a_tenth_of_the_ids
+):
     out = tmp_path / "resume"
-    evaluate(corpus_path, ["naive", "ridge"], out, subset=0.5, progress=False)
+    tasks = a_tenth_of_the_ids  # 76 tasks: five chunks of each model
+    evaluate(corpus_path, ["naive", "ridge"], out, task_ids=tasks, progress=False)
     chunks = sorted((out / "per_task" / "ridge").glob("chunk-*.parquet"))
     assert len(chunks) >= 2
     kept_time = chunks[0].stat().st_mtime_ns
     before = pd.read_parquet(out / "per_task.parquet")
     os.remove(chunks[-1])  # as if the run had stopped before the last chunk
-    evaluate(corpus_path, ["naive", "ridge"], out, subset=0.5, progress=False)
+    evaluate(corpus_path, ["naive", "ridge"], out, task_ids=tasks, progress=False)
     assert chunks[0].stat().st_mtime_ns == kept_time and chunks[-1].exists()
     after = pd.read_parquet(out / "per_task.parquet")
     # all but the measured seconds bit for bit; the kept chunk's seconds are read back as saved
@@ -124,10 +142,8 @@ def test_an_interrupted_evaluation_resumes_without_recomputing(tmp_path, corpus_
     )
 
 
-@pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
-def test_a_folder_of_another_evaluation_is_refused(tmp_path, corpus_path):
-    out = tmp_path / "mixed"
-    evaluate(corpus_path, ["naive"], out, subset=0.05, progress=False)
+def test_a_folder_of_another_evaluation_is_refused(corpus_path, naive_on_a_subset):
+    out = naive_on_a_subset[0].out  # naive on subset=0.05
     with pytest.raises(EvaluationError, match="holds results of another evaluation"):
         evaluate(corpus_path, ["naive"], out, subset=0.2, progress=False)
 
@@ -163,7 +179,7 @@ def test_stratified_subset_keeps_every_axis_combination():
     assert len(select_tasks(frame, 0.01)) == 3  # at least one task of every combination
 
 
-@pytest.mark.slow  # xgboost and a user model in two worker processes: about 15 s
+@pytest.mark.slow  # a user model in two worker processes: about 3 s
 @pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
 def test_cli_with_reference_and_a_user_model(tmp_path, corpus_path):
     model_file = tmp_path / "my_model.py"
@@ -180,7 +196,7 @@ def test_cli_with_reference_and_a_user_model(tmp_path, corpus_path):
         "evaluate",
         str(corpus_path),
         "--models",
-        f"naive,xgboost,{model_file}:Last",
+        f"naive,{model_file}:Last",
         "--reference",
         "my-last",
         "--subset",
@@ -225,15 +241,15 @@ class Recorder:
 
 @pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
 @pytest.mark.slow  # about 1 s
-def test_evaluate_describes_each_task_to_the_model(tmp_path, corpus_path):
+def test_evaluate_describes_each_task_to_the_model(tmp_path, corpus_path, a_tenth_of_the_ids):
     from whatif_bench.evaluation.forecasters import frequency_alias
 
     model = Recorder()
     # model_timeout=None: predict runs in this process, so the model keeps what it saw (with a
     # time limit it runs in a forked child per batch; docs/RELIABILITY.md, section 8)
     evaluate(
-        corpus_path, ["naive", model], tmp_path / "out", subset=0.05, progress=False,
-        model_timeout=None,
+        corpus_path, ["naive", model], tmp_path / "out", task_ids=a_tenth_of_the_ids,
+        progress=False, model_timeout=None,
     )  # fmt: skip
     assert model.seen
     with Corpus(corpus_path) as corpus:
@@ -251,7 +267,7 @@ def test_evaluate_describes_each_task_to_the_model(tmp_path, corpus_path):
 
 @pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
 @pytest.mark.slow  # about 1 s
-def test_a_dict_model_is_scored_through_evaluate(tmp_path, corpus_path):
+def test_a_dict_model_is_scored_through_evaluate(tmp_path, corpus_path, a_tenth_of_the_ids):
     from whatif_bench.evaluation.adapters import from_dict_model
 
     def last_value(inputs):  # Chronos-2-style inputs; the naive forecast as (H, 9) quantiles
@@ -262,7 +278,10 @@ def test_a_dict_model_is_scored_through_evaluate(tmp_path, corpus_path):
         return out
 
     model = from_dict_model(last_value, name="dict-naive")
-    result = evaluate(corpus_path, ["naive", model], tmp_path / "out", subset=0.05, progress=False)
+    out = tmp_path / "out"
+    result = evaluate(
+        corpus_path, ["naive", model], out, task_ids=a_tenth_of_the_ids, progress=False
+    )
     table = result.per_task.pivot(index="task_id", columns="model", values="wql")
     assert (result.per_task["failed"] == "").all()
     np.testing.assert_allclose(table["dict-naive"], table["naive"], rtol=1e-12)
@@ -298,9 +317,9 @@ LATENCY_COLUMNS = ["num_tasks", "num_failed", "num_imputed", "seconds_per_task"]
 
 
 @pytest.mark.usefixtures("one_skill_plot")  # one skill plot, not five (conftest)
-@pytest.mark.slow  # about 1 s
+@pytest.mark.slow  # about 2 s
 def test_seconds_and_imputed_reach_per_task_the_leaderboard_and_the_summary(
-    tmp_path, corpus_path, capsys
+    tmp_path, one_target_corpus, capsys
 ):
     models = tmp_path / "own.py"
     models.write_text(OWN_MODELS)
@@ -308,7 +327,7 @@ def test_seconds_and_imputed_reach_per_task_the_leaderboard_and_the_summary(
     code, stdout, err = run_main(
         capsys,
         "evaluate",
-        str(corpus_path),
+        str(one_target_corpus),  # 360 tasks, not 760: no --subset of these corpora is smaller
         "--models",
         f"naive,ridge,{models}:OwnSeconds,{models}:ImputesNovel",
         "--subset",

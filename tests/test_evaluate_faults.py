@@ -25,9 +25,10 @@ from tests.conftest import whatif_executable
 from whatif_bench.cli import main
 from whatif_bench.evaluation import Forecast, evaluate, leaderboard, runner
 from whatif_bench.evaluation.forecasters import ModelError, NoForecast, fingerprint
+from whatif_bench.generator import Corpus
 from whatif_bench.outputs import OutputError, output_lock, write_identity
 
-SUBSET = 0.1
+SUBSET = 0.1  # every task of the corpus below: each stratum holds one (the command line's runs)
 SLOW_MODEL = "import time\nclass Slow:\n    name = 'slow'\n    def predict(self, batch):\n        time.sleep(120)\n"
 
 
@@ -42,10 +43,18 @@ def corpus_path(one_target_corpus):
 
 
 @pytest.fixture(scope="module")
-def clean(corpus_path, tmp_path_factory):
+def some_tasks(corpus_path) -> list[str]:
+    """Every tenth task id of the corpus (36 of its 360: three chunks of at most 16), the tasks
+    of the evaluations run through the Python API (``task_ids``; ``SUBSET`` is all 360)."""
+    with Corpus(corpus_path) as corpus:
+        return corpus.task_ids()[::10]
+
+
+@pytest.fixture(scope="module")
+def clean(corpus_path, some_tasks, tmp_path_factory):
     """The leaderboard of naive and ridge alone, to compare runs with a failing model to."""
     out = tmp_path_factory.mktemp("clean")
-    return evaluate(corpus_path, ["naive", "ridge"], out, subset=SUBSET, progress=False)
+    return evaluate(corpus_path, ["naive", "ridge"], out, task_ids=some_tasks, progress=False)
 
 
 def whatif(capsys, *args: str) -> tuple[int, str, str]:
@@ -175,13 +184,12 @@ def test_an_unsafe_model_name_from_the_command_line(tmp_path, corpus_path, capsy
 
 
 @pytest.mark.parametrize(("mode", "how_many", "reason"), FAILURES)
-@pytest.mark.one_quick  # about 12 s over all its cases
+@pytest.mark.one_quick  # about 8 s over all its cases
 def test_a_failing_model_is_reported_by_task_and_does_not_move_the_others(
-    tmp_path, corpus_path, clean, mode, how_many, reason
+    tmp_path, corpus_path, some_tasks, clean, mode, how_many, reason
 ):
-    result = evaluate(
-        corpus_path, ["naive", "ridge", Bad(mode)], tmp_path / "o", subset=SUBSET, progress=False
-    )
+    models = ["naive", "ridge", Bad(mode)]
+    result = evaluate(corpus_path, models, tmp_path / "o", task_ids=some_tasks, progress=False)
     n_tasks = result.per_task["task_id"].nunique()
     failures = result.failures
     assert set(failures["model"]) == {"bad"}
@@ -211,11 +219,13 @@ def test_a_failing_model_is_reported_by_task_and_does_not_move_the_others(
 
 @pytest.mark.parametrize("mode", ["negative-seconds", "text-imputed", "half-no-forecast"])
 @pytest.mark.one_quick  # about 1 s over all its cases
-def test_bad_seconds_or_imputed_fail_the_task_in_this_process_too(tmp_path, corpus_path, mode):
+def test_bad_seconds_or_imputed_fail_the_task_in_this_process_too(
+    tmp_path, corpus_path, some_tasks, mode
+):
     """model_timeout=None: predict runs in this process, where the runner reads the forecasts
     themselves (not their copies from a child process); the same check applies."""
     result = evaluate(
-        corpus_path, ["naive", Bad(mode)], tmp_path / "o", subset=SUBSET, progress=False,
+        corpus_path, ["naive", Bad(mode)], tmp_path / "o", task_ids=some_tasks, progress=False,
         model_timeout=None,
     )  # fmt: skip
     how_many, reason = {m: (h, r) for m, h, r in FAILURES}[mode]
@@ -227,12 +237,14 @@ def test_bad_seconds_or_imputed_fail_the_task_in_this_process_too(tmp_path, corp
 
 
 @pytest.mark.slow  # about 2 s
-def test_failures_in_worker_processes_are_reported_the_same(tmp_path, corpus_path, clean):
+def test_failures_in_worker_processes_are_reported_the_same(
+    tmp_path, corpus_path, some_tasks, clean
+):
     result = evaluate(
         corpus_path,
         ["naive", "ridge", Bad("half-nan")],
         tmp_path / "o",
-        subset=SUBSET,
+        task_ids=some_tasks,
         jobs=2,
         progress=False,
     )
@@ -241,10 +253,11 @@ def test_failures_in_worker_processes_are_reported_the_same(tmp_path, corpus_pat
     assert board.loc["ridge", "skill_score"] == reference.loc["ridge", "skill_score"]
 
 
-def test_a_failing_reference_is_reported_and_scores_nobody(tmp_path, corpus_path):
+def test_a_failing_reference_is_reported_and_scores_nobody(tmp_path, corpus_path, some_tasks):
     result = evaluate(
-        corpus_path, [Bad("raises"), "naive"], tmp_path / "o", reference="bad", progress=False
-    )
+        corpus_path, [Bad("raises"), "naive"], tmp_path / "o", reference="bad", progress=False,
+        task_ids=some_tasks,
+    )  # fmt: skip
     (line,) = result.failure_summary()
     assert "as the reference, it leaves those tasks out of every skill score" in line
     board = result.leaderboard.set_index("model")
@@ -355,13 +368,13 @@ def test_fingerprints_follow_parameters_class_and_version():
     assert user["class"].endswith("Scaled") and len(user["source_sha256"]) == 64
 
 
-@pytest.mark.slow  # about 2 s
-def test_a_changed_model_of_the_same_name_is_recomputed(tmp_path, corpus_path):
-    out = tmp_path / "o"
-    first = evaluate(corpus_path, ["naive", Scaled(1.0)], out, subset=SUBSET, progress=False)
-    again = evaluate(corpus_path, ["naive", Scaled(1.0)], out, subset=SUBSET, progress=False)
+@pytest.mark.slow  # about 1 s
+def test_a_changed_model_of_the_same_name_is_recomputed(tmp_path, corpus_path, some_tasks):
+    out, tasks = tmp_path / "o", some_tasks
+    first = evaluate(corpus_path, ["naive", Scaled(1.0)], out, task_ids=tasks, progress=False)
+    again = evaluate(corpus_path, ["naive", Scaled(1.0)], out, task_ids=tasks, progress=False)
     assert again.notes == []  # same model: resumed from its chunks
-    changed = evaluate(corpus_path, ["naive", Scaled(1.5)], out, subset=SUBSET, progress=False)
+    changed = evaluate(corpus_path, ["naive", Scaled(1.5)], out, task_ids=tasks, progress=False)
     assert any("model 'scaled' changed" in n for n in changed.notes)
     wql = {
         r.model: r
@@ -478,11 +491,13 @@ def test_a_damaged_manifest_is_named(tmp_path, corpus_path, capsys, content, why
 
 
 @pytest.mark.parametrize("damage", ["half", "empty", "garbage", "other-chunk"])
-@pytest.mark.one_quick  # about 6 s over all its cases
-def test_a_damaged_chunk_is_recomputed_and_said(tmp_path, corpus_path, monkeypatch, damage):
+@pytest.mark.one_quick  # about 3 s over all its cases
+def test_a_damaged_chunk_is_recomputed_and_said(
+    tmp_path, corpus_path, some_tasks, monkeypatch, damage
+):
     monkeypatch.setattr(runner, "CHUNK", 16)
     out = tmp_path / "o"
-    first = evaluate(corpus_path, ["naive", "ridge"], out, subset=SUBSET, progress=False)
+    first = evaluate(corpus_path, ["naive", "ridge"], out, task_ids=some_tasks, progress=False)
     chunks = sorted((out / "per_task" / "ridge").glob("chunk-*.parquet"))
     target = chunks[1]
     data, kept = target.read_bytes(), pd.read_parquet(target)
@@ -494,7 +509,7 @@ def test_a_damaged_chunk_is_recomputed_and_said(tmp_path, corpus_path, monkeypat
         target.write_bytes(b"not parquet at all" * 10)
     else:
         target.write_bytes(chunks[0].read_bytes())
-    again = evaluate(corpus_path, ["naive", "ridge"], out, subset=SUBSET, progress=False)
+    again = evaluate(corpus_path, ["naive", "ridge"], out, task_ids=some_tasks, progress=False)
     assert (
         len(again.notes) == 1
         and str(target) in again.notes[0]
@@ -603,15 +618,15 @@ def test_ctrl_c_keeps_finished_chunks_and_says_how_to_resume(
     assert code == 0, err
 
 
-def test_a_second_evaluation_into_the_same_folder_fails_at_once(tmp_path, corpus_path):
+def test_a_second_evaluation_into_the_same_folder_fails_at_once(tmp_path, corpus_path, some_tasks):
     out = tmp_path / "o"
     out.mkdir()
     with output_lock(out / "evaluation"):  # what a running evaluation holds
         with pytest.raises(
             OutputError, match="another whatif evaluate is writing into this folder"
         ):
-            evaluate(corpus_path, ["naive"], out, subset=SUBSET, progress=False)
-    evaluate(corpus_path, ["naive"], out, subset=SUBSET, progress=False)  # free again
+            evaluate(corpus_path, ["naive"], out, task_ids=some_tasks, progress=False)
+    evaluate(corpus_path, ["naive"], out, task_ids=some_tasks, progress=False)  # free again
 
 
 @pytest.mark.slow  # about 2 s

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tests.conftest import run_cli, run_whatif, small_corpus
+from tests.conftest import run_cli, run_whatif_drawing_one_skill_plot
 from whatif_bench.evaluation import Forecast, evaluate, make_forecaster
 from whatif_bench.evaluation.relational import (
     SCORE_COLUMNS,
@@ -140,9 +140,18 @@ def test_the_truth_scores_one_and_a_covariate_blind_forecast_zero(values, steps)
 
 # ---- on a real corpus -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def corpus_path(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("relational-corpus")
-    return small_corpus(folder, ("sumo/flow_loop_e_0_near", "epanet/pressure_10"))
+def corpus_path(two_target_corpus):
+    """sumo/flow_loop_e_0_near and epanet/pressure_10 (the session's; no test here changes it)."""
+    return two_target_corpus
+
+
+@pytest.fixture(scope="module")
+def a_tenth_of_the_ids(corpus_path) -> list[str]:
+    """Every tenth task id of the corpus (76 of its 760): both simulators and futures, every K
+    and C. Any ``subset`` of this corpus is the whole of it (every stratum holds one task), so
+    the evaluations here score these."""
+    with Corpus(corpus_path) as corpus:
+        return corpus.task_ids()[::10]
 
 
 def test_restraint_inputs_hold_the_history_and_base_covariates(corpus_path):
@@ -170,14 +179,14 @@ def test_restraint_inputs_hold_the_history_and_base_covariates(corpus_path):
 
 @pytest.mark.slow  # about 4 s
 def test_evaluate_relational_scores_every_history_the_same_with_one_or_two_jobs(
-    tmp_path, corpus_path
+    tmp_path, corpus_path, a_tenth_of_the_ids
 ):
     results = [
         evaluate(
             corpus_path,
             ["naive", "ridge", "linear"],
             tmp_path / f"jobs{jobs}",
-            subset=0.1,
+            task_ids=a_tenth_of_the_ids,
             jobs=jobs,
             progress=False,
             relational=True,
@@ -212,9 +221,9 @@ def test_evaluate_relational_scores_every_history_the_same_with_one_or_two_jobs(
         assert row[name] == pytest.approx(expected[name], nan_ok=True), name
 
 
-@pytest.mark.slow  # about 2 s
+@pytest.mark.slow  # a whatif process and its two workers: about 4 s
 def test_a_model_failing_on_restraint_inputs_fails_its_histories_with_one_error_line(
-    tmp_path, corpus_path
+    tmp_path, one_target_corpus
 ):
     model = tmp_path / "model.py"
     model.write_text(
@@ -228,8 +237,9 @@ def test_a_model_failing_on_restraint_inputs_fails_its_histories_with_one_error_
         "        return [Forecast(point=np.full(t.prediction_length, 1.0)) for t in batch]\n"
     )
     out = tmp_path / "out"
-    done = run_whatif(
-        "evaluate", str(corpus_path), "--models", f"naive,{model}:M", "--out", str(out),
+    # the one-target corpus: its 360 tasks are the fewest a --subset of these corpora selects
+    done = run_whatif_drawing_one_skill_plot(
+        "evaluate", str(one_target_corpus), "--models", f"naive,{model}:M", "--out", str(out),
         "--subset", "0.05", "--relational",
     )  # fmt: skip
     assert done.returncode == 1
@@ -317,14 +327,17 @@ def test_restraint_tasks_hold_base_covariates_and_the_counterfactual(restraint_p
         )
 
 
-@pytest.mark.slow  # about 3 s
+@pytest.mark.slow  # about 2 s
 def test_evaluating_a_restraint_corpus_scores_restraint_tasks_and_the_same_relations(
-    tmp_path, corpus_path, restraint_path
+    tmp_path, corpus_path, restraint_path, a_tenth_of_the_ids
 ):
     plain = evaluate(corpus_path, ["naive", "ridge"], tmp_path / "a", progress=False,
-                     subset=0.1, relational=True)  # fmt: skip
+                     task_ids=a_tenth_of_the_ids, relational=True)  # fmt: skip
+    pairs = {task_id.rpartition("/")[0] for task_id in a_tenth_of_the_ids}
+    with Corpus(restraint_path) as corpus:  # the same histories' tasks, Restraint's too
+        ids = [i for i in corpus.task_ids() if i.rpartition("/")[0] in pairs]
     other = evaluate(restraint_path, ["naive", "ridge"], tmp_path / "b", progress=False,
-                     relational=True)  # fmt: skip
+                     task_ids=ids, relational=True)  # fmt: skip
     assert set(other.per_task["future"]) == {"replay", "novel", "restraint"}
     assert "restraint" in set(pd.read_csv(tmp_path / "b" / "slices" / "future.csv")["future"])
     # the relational scores of a history are the same whether Restraint is stored or derived
@@ -362,19 +375,22 @@ class CountingNaive:
         return [Forecast(point=np.full(t.prediction_length, t.history_target[-1])) for t in batch]
 
 
-@pytest.mark.slow  # about 2 s
-def test_relational_chunks_are_kept_and_a_second_run_forecasts_nothing(tmp_path, corpus_path):
+@pytest.mark.slow  # about 1 s
+def test_relational_chunks_are_kept_and_a_second_run_forecasts_nothing(
+    tmp_path, corpus_path, a_tenth_of_the_ids
+):
     out = tmp_path / "resume"
+    tasks = a_tenth_of_the_ids
     # model_timeout=None: predict runs in this process, where the count is kept (with a time
     # limit it runs in a forked child per batch; docs/RELIABILITY.md, section 8)
-    first = evaluate(corpus_path, ["naive", CountingNaive()], out, subset=0.05, progress=False,
+    first = evaluate(corpus_path, ["naive", CountingNaive()], out, task_ids=tasks, progress=False,
                      relational=True, model_timeout=None)  # fmt: skip
     histories = first.relational["pair_id"].nunique()
     restraint = [i for i in CountingNaive._seen if i.endswith("/restraint")]
     assert len(restraint) == histories  # every history's Restraint input, once
     assert len(list((out / "per_task" / "counting-naive").glob("chunk-relational-*"))) >= 1
     CountingNaive._seen = []
-    again = evaluate(corpus_path, ["naive", CountingNaive()], out, subset=0.05, progress=False,
+    again = evaluate(corpus_path, ["naive", CountingNaive()], out, task_ids=tasks, progress=False,
                      relational=True, model_timeout=None)  # fmt: skip
     assert CountingNaive._seen == [] and again.notes == []
     pd.testing.assert_frame_equal(again.relational, first.relational)

@@ -120,6 +120,17 @@ def run_cli(*argv: str, check: bool = False) -> subprocess.CompletedProcess:
     return result
 
 
+def every_tenth_task_id(corpus_path) -> list[str]:
+    """Every tenth task id of a corpus, in the file's order: every simulator, future, K and C of
+    the session corpora. Any ``subset`` of a one- or two-target corpus is all of it (each stratum
+    holds one task per target), so tests whose behaviour does not depend on the number of tasks
+    pass these as ``task_ids``."""
+    from whatif_bench.corpus import Corpus
+
+    with Corpus(corpus_path) as corpus:
+        return corpus.task_ids()[::10]
+
+
 def small_corpus(folder, targets: tuple[str, ...], seed: int = 0):
     """Generate a corpus of ``targets`` from the shipped baselines into ``folder/c.h5`` (one
     process); returns its path."""

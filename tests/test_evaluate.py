@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import drawing_one_skill_plot, run_cli, run_main
+from tests.conftest import drawing_one_skill_plot, every_tenth_task_id, run_cli, run_main
 from whatif_bench.corpus import CorpusError
 from whatif_bench.evaluation import Forecast, evaluate, runner
 from whatif_bench.evaluation.runner import (
@@ -29,11 +29,9 @@ def corpus_path(two_target_corpus):
 
 @pytest.fixture(scope="module")
 def a_tenth_of_the_ids(corpus_path) -> list[str]:
-    """Every tenth task id of the corpus (76 of its 760): both simulators and futures, every K
-    and C. Any ``subset`` of this corpus is the whole of it (every stratum holds one task), so
-    the tests whose behaviour does not depend on the size evaluate these."""
-    with Corpus(corpus_path) as corpus:
-        return corpus.task_ids()[::10]
+    """76 of the corpus's 760 tasks (``every_tenth_task_id``), for the tests whose behaviour does
+    not depend on their number."""
+    return every_tenth_task_id(corpus_path)
 
 
 class MeanOfHistory:

@@ -21,11 +21,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import whatif_executable
+from tests.conftest import every_tenth_task_id, whatif_executable
 from whatif_bench.cli import main
 from whatif_bench.evaluation import Forecast, evaluate, leaderboard, runner
 from whatif_bench.evaluation.forecasters import ModelError, NoForecast, fingerprint
-from whatif_bench.generator import Corpus
 from whatif_bench.outputs import OutputError, output_lock, write_identity
 
 SUBSET = 0.1  # every task of the corpus below: each stratum holds one (the command line's runs)
@@ -44,10 +43,9 @@ def corpus_path(one_target_corpus):
 
 @pytest.fixture(scope="module")
 def some_tasks(corpus_path) -> list[str]:
-    """Every tenth task id of the corpus (36 of its 360: three chunks of at most 16), the tasks
-    of the evaluations run through the Python API (``task_ids``; ``SUBSET`` is all 360)."""
-    with Corpus(corpus_path) as corpus:
-        return corpus.task_ids()[::10]
+    """36 of the corpus's 360 tasks (``every_tenth_task_id``; three chunks of at most 16): the
+    tasks of the evaluations run through the Python API (``SUBSET`` is all 360)."""
+    return every_tenth_task_id(corpus_path)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tests.conftest import run_cli, run_whatif_drawing_one_skill_plot
+from tests.conftest import every_tenth_task_id, run_cli, run_whatif_drawing_one_skill_plot
 from whatif_bench.evaluation import Forecast, evaluate, make_forecaster
 from whatif_bench.evaluation.relational import (
     SCORE_COLUMNS,
@@ -147,11 +147,8 @@ def corpus_path(two_target_corpus):
 
 @pytest.fixture(scope="module")
 def a_tenth_of_the_ids(corpus_path) -> list[str]:
-    """Every tenth task id of the corpus (76 of its 760): both simulators and futures, every K
-    and C. Any ``subset`` of this corpus is the whole of it (every stratum holds one task), so
-    the evaluations here score these."""
-    with Corpus(corpus_path) as corpus:
-        return corpus.task_ids()[::10]
+    """76 of the corpus's 760 tasks (``every_tenth_task_id``): the evaluations here score these."""
+    return every_tenth_task_id(corpus_path)
 
 
 def test_restraint_inputs_hold_the_history_and_base_covariates(corpus_path):

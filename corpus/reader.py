@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -27,9 +27,11 @@ from whatif_bench.corpus.fileformat import (
     READABLE_VERSIONS,
     REQUIRED,
 )
-from whatif_bench.corpus.recipe import PairKey, Recipe
 from whatif_bench.corpus.task import Task, TaskInput, window_start_time
 from whatif_bench.errors import WhatIfError
+
+if TYPE_CHECKING:
+    from whatif_bench.corpus.recipe import Recipe
 
 # the hidden per-process name ``whatif generate`` writes before renaming (outputs.temporary_path)
 _TEMPORARY_NAME = re.compile(r"\..+\.partial(-\d+)?")
@@ -680,6 +682,10 @@ class Corpus:
 
     def recipe(self, row) -> Recipe:
         """The stored recipe of one pair (a row of ``pairs``)."""
+        # imported here: the recipe module brings numba (the seeds' kernels), which a reader
+        # that only reads tasks (an evaluation worker, export, show) does not need
+        from whatif_bench.corpus.recipe import PairKey, Recipe
+
         k, n_events = int(row["k"]), int(row["n_events"])
         e0, f0, k0 = int(row["event_offset"]), int(row["factor_offset"]), int(row["kfactor_offset"])
         events, futures = self._recipes()

@@ -38,7 +38,7 @@ def file_identity(path: str | os.PathLike) -> FileIdentity:
 
 
 def open_reader(
-    path: str, identity: FileIdentity | None = None
+    path: str, identity: FileIdentity | None = None, units: CovariateUnits | None = None
 ) -> tuple[Corpus, CovariateUnits, FileIdentity]:
     """The open reader of the corpus ``path``, its covariate units (see ``covariate_units``) and
     the file's identity (``file_identity``); opened on first use in this process (thread) and
@@ -47,7 +47,9 @@ def open_reader(
     ``identity`` is the file's identity when the evaluation started (None: whatever is there
     now, always opened anew). A reader already open goes on reading the file it opened;
     opening a file that has changed since (regenerated in the meantime) or gone is an
-    ``EvaluationError``."""
+    ``EvaluationError``. ``units``: the units found when the evaluation started, which a worker
+    process is sent instead of loading the relationship registry (and numba) to find them
+    again (None: found here)."""
     from whatif_bench.corpus import Corpus
 
     cached = getattr(READER, "value", None)
@@ -67,7 +69,7 @@ def open_reader(
     corpus = Corpus(path)  # a CorpusError says why a file cannot be read
     try:
         identity = identity or file_identity(path)
-        units = covariate_units(corpus.attrs)
+        units = covariate_units(corpus.attrs) if units is None else units
     except BaseException:
         corpus.close()
         raise
@@ -85,23 +87,25 @@ def close_corpus_reader() -> None:
 
 @dataclass(frozen=True)
 class CorpusRef:
-    """The corpus of one evaluation: the file's ``path`` and its ``identity`` when the
-    evaluation started. It is what a chunk is sent with (small, picklable); the process that
-    scores the chunk opens the file through it (``open``)."""
+    """The corpus of one evaluation: the file's ``path``, its ``identity`` and its covariate
+    ``units`` when the evaluation started (None: found by the process that opens it). It is
+    what a chunk is sent with (small, picklable); the process that scores the chunk opens the
+    file through it (``open``)."""
 
     path: str
     identity: FileIdentity
+    units: CovariateUnits | None = None
 
     @classmethod
     def start(cls, path: str) -> CorpusRef:
         """The corpus at ``path`` as it is now, opened as this thread's reader (any reader open
         before is closed): the evaluation's start. A file that cannot be read is a
         ``CorpusError``."""
-        _, _, identity = open_reader(path)
-        return cls(path, identity)
+        _, units, identity = open_reader(path)
+        return cls(path, identity, units)
 
     def open(self) -> tuple[Corpus, CovariateUnits]:
         """This thread's reader of the corpus and its covariate units, opened on first use
         (``open_reader``: a file changed since the start is an ``EvaluationError``)."""
-        corpus, units, _ = open_reader(self.path, self.identity)
+        corpus, units, _ = open_reader(self.path, self.identity, self.units)
         return corpus, units

@@ -69,6 +69,8 @@ def test_mypy_finds_no_errors():
 def test_the_export_environment_does_not_import_through_the_link_tree():
     # bash dev installs .venv-export while phase 1 runs on build/'s link tree; a strict
     # install would empty and refill that tree under phase 1's tests (stop 38's CI)
+    if importlib.util.find_spec("gluonts") is None:
+        pytest.skip("a test of the export environment (.venv-export, which has GluonTS)")
     import whatif_bench.relationships
 
     for module in (importlib.import_module("whatif_bench"), whatif_bench.relationships):

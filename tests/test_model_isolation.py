@@ -6,9 +6,10 @@ corpus (``run_whatif``; for an evaluation that runs to its reports,
 ``run_whatif_drawing_one_skill_plot``: the same ``cli.main``, one skill plot instead of five;
 the usage errors run in-process): a model that writes into its inputs, never returns, calls ``exit()`` or ``os._exit``, segfaults or
 raises fails its own tasks, with the reason in per_task.parquet and a ``warning:`` line, and
-the baseline next to it scores exactly what it scores alone; so does a model that kills the
-worker process it runs in (``--jobs 2 --model-timeout 0``), and a worker death that does not
-repeat loses nothing. A forms module or a models module that exits, crashes or hangs at
+the baseline next to it scores exactly what it scores alone (the two mutator cases run alone
+with naive, the other five share one run, each failing only its own tasks there); so does a
+model that kills the worker process it runs in (``--jobs 2 --model-timeout 0``), and a worker
+death that does not repeat loses nothing. A forms module or a models module that exits, crashes or hangs at
 import is an ``error:`` naming it, never a pass. ``usercode.run_in_child``, the one way user
 code runs in a child, is tested on its own at the end.
 """
@@ -196,31 +197,57 @@ def assert_naive_unchanged(per_task: pd.DataFrame, alone: pd.DataFrame) -> None:
         assert np.array_equal(naive[column].to_numpy(), alone[column].to_numpy()), column
 
 
-@pytest.mark.parametrize(
-    ("cls", "name", "options", "reason"),
-    MISBEHAVING,
-    ids=["mutator", "mutator-in-process", "hang", "system-exit", "os-exit", "segfault", "raises"],
-)
-@pytest.mark.one_quick  # about 21 s over all its cases
-def test_a_misbehaving_model_fails_only_its_own_tasks(
-    tmp_path, corpus, models_file, naive_alone, cls, name, options, reason
-):
-    out = tmp_path / "o"
+def run_misbehaving(corpus, models_file, out, classes, options=()) -> tuple[object, float]:
+    """``whatif evaluate`` of the ``classes`` of ``models_file`` and naive in a new process,
+    one process for the models (``--jobs 1``: a hang's next batch in it is not called at all):
+    (the finished process, its seconds)."""
+    models = [f"{models_file}:{cls}" for cls in classes]
     started = time.monotonic()
     result = run_whatif_drawing_one_skill_plot(
         "evaluate",
         str(corpus),
         "--jobs",
-        "1",  # one process: a hang's next batch in it is not called at all
+        "1",
         "--models",
-        f"{models_file}:{cls},naive",
+        ",".join([*models, "naive"]),
         "--model-timeout",
         TIMEOUT,
         *options,
         "--out",
         str(out),
     )
-    elapsed = time.monotonic() - started
+    return result, time.monotonic() - started
+
+
+# The cases without options after the first each cost a process of their own (about 5 s):
+# they share this one run instead, each model failing its own tasks beside the others and
+# naive (the first case, in the quick tier, and the in-process one still run alone).
+TOGETHER = [case for case in MISBEHAVING[1:] if not case[2]]
+
+
+@pytest.fixture(scope="module")
+def misbehaving_together(corpus, models_file, tmp_path_factory):
+    """The run of every model of ``TOGETHER`` beside naive: (process, seconds, out folder)."""
+    out = tmp_path_factory.mktemp("together") / "o"
+    classes = [case[0] for case in TOGETHER]
+    return (*run_misbehaving(corpus, models_file, out, classes), out)
+
+
+@pytest.mark.parametrize(
+    ("cls", "name", "options", "reason"),
+    MISBEHAVING,
+    ids=["mutator", "mutator-in-process", "hang", "system-exit", "os-exit", "segfault", "raises"],
+)
+@pytest.mark.one_quick  # about 13 s over all its cases (3 s the first)
+def test_a_misbehaving_model_fails_only_its_own_tasks(
+    tmp_path, corpus, models_file, naive_alone, cls, name, options, reason, request
+):
+    if (cls, name, options, reason) in TOGETHER:
+        result, elapsed, out = request.getfixturevalue("misbehaving_together")
+        failing = len(TOGETHER)
+    else:
+        out, failing = tmp_path / "o", 1
+        result, elapsed = run_misbehaving(corpus, models_file, out, [cls], options)
     assert result.returncode == 1, result.stderr
     assert_no_crash_output(result.stderr)
     total = len(naive_alone)
@@ -228,8 +255,10 @@ def test_a_misbehaving_model_fails_only_its_own_tasks(
         result.stderr
     )
     assert reason in result.stderr, result.stderr
-    assert "error: 1 model(s) failed on some tasks" in result.stderr
-    assert result.stderr.count("warning:") == 1, result.stderr
+    assert f"error: {failing} model(s) failed on some tasks" in result.stderr
+    # one warning line per failing model, this model's once
+    assert result.stderr.count("warning:") == failing, result.stderr
+    assert result.stderr.count(f"warning: model '{name}' failed on") == 1, result.stderr
     per_task = pd.read_parquet(out / "per_task.parquet")
     failed = per_task.loc[per_task["model"] == name, "failed"]
     assert len(failed) == total and failed.str.contains(reason, regex=False).all()
@@ -658,12 +687,15 @@ def test_run_each_in_child_runs_items_in_order_in_one_child_and_stops_early():
 
 @pytest.mark.slow  # about 3 s
 def test_seconds_and_imputed_come_back_from_the_models_process(
-    tmp_path, corpus, models_file, naive_alone, capsys
+    tmp_path, corpus, models_file, naive_alone, capsys, monkeypatch
 ):
     """The time of a model's batch is measured in its child process around predict: the
     Novel tasks (no seconds of their own) share the batch's 0.3 s and more, the fork and the
     sending back not counted; ``imputed`` and ``seconds`` of the model's own forecast class
     cross to the evaluation."""
+    # chunks of 120 tasks: three predict batches (one of Replay tasks alone, two with Novel
+    # ones) instead of 23 of 16, each sleeping its 0.3 s in a child of its own
+    monkeypatch.setattr(runner, "MIN_CHUNK", 120)
     out = tmp_path / "o"
     code, _, err = run_main(
         capsys, "evaluate", str(corpus), "--models", f"{models_file}:SlowImputer,naive",

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import run_cli, run_whatif, small_corpus
+from tests.conftest import ONE_TARGET, run_cli, run_whatif
 from whatif_bench import outputs
 from whatif_bench.outputs import (
     IDENTITY,
@@ -40,13 +40,14 @@ from whatif_bench.outputs import (
 # the reports draw one skill plot, not five (tests/conftest.py): not what these tests check
 pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")
 
-TARGET = "epanet/pressure_10"
+TARGET = ONE_TARGET  # epanet/pressure_10
 STREAM = ("stream", "--seed", "3", "--count", "5", "--simulators", "epanet")
 
 
 @pytest.fixture(scope="module")
-def corpus_bytes(tmp_path_factory) -> bytes:
-    return small_corpus(tmp_path_factory.mktemp("corpus"), (TARGET,)).read_bytes()
+def corpus_bytes(one_target_corpus) -> bytes:
+    # the session's corpus is TARGET alone, seed 0: the file this module would generate
+    return one_target_corpus.read_bytes()
 
 
 @pytest.fixture(scope="module")

@@ -556,3 +556,32 @@ def test_workers_helper_refuses_a_bad_count():
         with pytest.raises(ValueError, match="positive integer"):
             parallel(bad)
     assert list(parallel(2)(__import__("joblib").delayed(abs)(-i) for i in range(3))) == [0, 1, 2]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+def test_stop_workers_ends_them_at_once_and_a_next_run_starts_new_ones():
+    from joblib import delayed
+
+    from whatif_bench.workers import parallel, stop_workers
+
+    pids = set(parallel(2)(delayed(os.getpid)() for _ in range(4)))
+    assert pids and os.getpid() not in pids and all(_alive(pid) for pid in pids)  # kept for reuse
+    stop_workers()
+    assert not any(_alive(pid) for pid in pids)
+    again = set(parallel(2)(delayed(os.getpid)() for _ in range(4)))
+    assert again and not again & pids
+    stop_workers()
+    stop_workers()  # none left: nothing to do
+
+
+def test_the_console_script_stops_the_workers_after_the_command_and_exits_with_its_code(
+    monkeypatch,
+):
+    from whatif_bench import cli, workers
+
+    calls = []
+    monkeypatch.setattr(cli, "main", lambda: calls.append("main") or 3)
+    monkeypatch.setattr(workers, "stop_workers", lambda: calls.append("stop"))
+    with pytest.raises(SystemExit) as stop:
+        cli.entry()
+    assert stop.value.code == 3 and calls == ["main", "stop"]

@@ -98,6 +98,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def entry() -> None:
+    """The ``whatif`` console script: ``main`` on the command line's arguments, then this
+    process's worker processes ended at once (``workers.stop_workers``; nothing waits for
+    them any more), then exit with ``main``'s code."""
+    code = main()
+    from whatif_bench.workers import stop_workers
+
+    stop_workers()
+    sys.exit(code)
+
+
 def describe_error(exc: BaseException) -> str:
     """One line for an exception: the toolkit's own message, or the type and message of an
     unexpected one (with a pointer to ``--debug``)."""
@@ -114,4 +125,4 @@ def describe_error(exc: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -69,6 +69,20 @@ def end_with_parent(parent_pid: int) -> None:
     ).start()
 
 
+def stop_workers() -> None:
+    """End this process's loky workers at once, if it started any.
+
+    For a process about to exit (the ``whatif`` command, ``cli.entry``), when nothing waits
+    for them: loky's own exit hands each worker a sentinel and waits for it to wind down,
+    which took 0.5 s to 0.8 s at the end of every command that used workers here. A process
+    that goes on (a notebook) keeps them: loky reuses them for its next run.
+    """
+    module = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(module, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True, kill_workers=True)
+
+
 def parallel(n_jobs: int, **kwargs):
     """A ``joblib.Parallel`` over ``n_jobs`` loky worker processes that end with this process.
 

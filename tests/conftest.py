@@ -366,3 +366,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         outcome, words = verdict
         terminalreporter.section(f"quick tier coverage (checked after the workers): {outcome}")
         terminalreporter.line(words, red=outcome == "FAILED", green=outcome == "passed")
+
+
+@contextlib.contextmanager
+def evaluating_only(task_ids):
+    """While open, ``whatif evaluate`` in this process scores exactly ``task_ids`` (the API's
+    ``task_ids``), for command-line tests whose behaviour does not depend on the number of
+    tasks: a ``--subset`` of the session corpora keeps at least one task of every stratum, which
+    is all 360 tasks of ``one_target_corpus``. The command is given no ``--subset`` (the API
+    refuses both)."""
+    from whatif_bench.evaluation import runner
+
+    evaluate = runner.evaluate
+
+    def only(*args, **kwargs):
+        return evaluate(*args, **kwargs, task_ids=task_ids)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner, "evaluate", only)
+        yield

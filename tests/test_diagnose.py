@@ -49,6 +49,15 @@ def report(corpus_path):
     return diagnose_corpus(corpus_path, progress=False)
 
 
+@pytest.fixture(scope="module")
+def report_folder(report, tmp_path_factory):
+    """``report`` written to a folder once for the module (its plots take about 2 s; read
+    only)."""
+    from whatif_bench.generator.diagnose import write_folder
+
+    return write_folder(report, tmp_path_factory.mktemp("report") / "one")
+
+
 def clean_failure(result, message, code=1):
     assert result.returncode == code, (result.returncode, result.stderr)
     assert message in result.stderr, result.stderr
@@ -466,11 +475,10 @@ def test_bad_input_is_one_error_and_writes_nothing(
     assert file.read_text() == "keep" and sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
 
 
-def test_an_earlier_report_is_replaced_but_nothing_else(tmp_path, report):
-    from whatif_bench.generator.diagnose import write_folder
+def test_an_earlier_report_is_replaced_but_nothing_else(tmp_path, report_folder):
     from whatif_bench.outputs import OutputError
 
-    out = write_folder(report, tmp_path / "d")
+    out = report_folder
     assert check_out_folder(out) == out  # an earlier report may be replaced
     (tmp_path / "empty").mkdir()
     assert check_out_folder(tmp_path / "empty") == tmp_path / "empty"
@@ -481,13 +489,13 @@ def test_an_earlier_report_is_replaced_but_nothing_else(tmp_path, report):
         check_out_folder("/")
 
 
-@pytest.mark.slow  # about 4 s
+@pytest.mark.slow  # about 3 s
 def test_the_report_folder_is_the_same_byte_for_byte_whatever_the_workers(
-    corpus_path, report, tmp_path
+    corpus_path, report_folder, tmp_path
 ):
     from whatif_bench.generator.diagnose import write_folder
 
-    one = write_folder(report, tmp_path / "one")
+    one = report_folder  # diagnosed in one process
     two = write_folder(diagnose_corpus(corpus_path, jobs=2, progress=False), tmp_path / "two")
     files = sorted(p.relative_to(one).as_posix() for p in one.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(two).as_posix() for p in two.rglob("*") if p.is_file())

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_whatif, run_whatif_drawing_one_skill_plot
+from tests.conftest import run_cli, run_whatif, run_whatif_drawing_one_skill_plot
 from whatif_bench.generator import GenerationConfig
 from whatif_bench.generator.types import GenerationError
 from whatif_bench.relationships.source import RegistrySource
@@ -93,6 +93,8 @@ def generate_args(inputs, out: Path, jobs: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def corpus(inputs):
+    """The corpus, made by ``whatif`` in a new process: the one that loads the user forms from
+    nothing (numba compiles them in each new process, about 5 s)."""
     out = inputs["folder"] / "c.h5"
     result = run_whatif(*generate_args(inputs, out, jobs=2))
     assert result.returncode == 0, result.stderr
@@ -135,16 +137,20 @@ def test_the_override_replaces_the_shipped_target_in_place(inputs):
 # the corpus fixture is a --jobs 2 run of its own (about 5 s): its tests are slow
 @pytest.mark.slow
 def test_workers_write_the_file_one_process_writes(corpus, inputs):
-    """--jobs 2 (workers re-load the forms module by path) and --jobs 1: the same bytes."""
+    """--jobs 2 (two threads, in a new process) and --jobs 1 (one, in this one): the same
+    bytes. In this process the forms are compiled once for this module's in-process commands,
+    given ``--forms`` each (a new process compiles them again)."""
     out = inputs["folder"] / "one.h5"
-    result = run_whatif(*generate_args(inputs, out, jobs=1))
+    result = run_cli(*generate_args(inputs, out, jobs=1))
     assert result.returncode == 0, result.stderr
     assert out.read_bytes() == corpus.read_bytes()
 
 
 @pytest.mark.slow
 def test_verify_rebuilds_every_pair_given_the_forms(corpus, inputs):
-    result = run_whatif(
+    # in this process (a new one is checked loading the forms from this path in
+    # test_show_and_evaluate_read_a_user_corpus, and refusing without them below)
+    result = run_cli(
         "verify",
         str(corpus),
         "--baselines",
@@ -214,7 +220,8 @@ def test_a_user_corpus_is_described_given_its_forms_and_exports_null_description
 
     with Corpus(corpus) as opened:
         task_id = next(t for t in opened.task_ids() if "speed_loop_e_0_far" in t)
-    described = run_whatif(
+    # given the forms, in this process; without them, in a new one (this one may hold them)
+    described = run_cli(
         "show", task_id, "--corpus", str(corpus), "--forms", str(FORMS), "--describe"
     )
     assert described.returncode == 0, described.stderr

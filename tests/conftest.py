@@ -70,6 +70,9 @@ from whatif_bench import cli
 
 with drawing_one_skill_plot():
     code = cli.main(sys.argv[1:])
+from whatif_bench.workers import stop_workers
+
+stop_workers()  # as the console script does after the command (cli.entry)
 sys.exit(code)
 """
 

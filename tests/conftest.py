@@ -264,15 +264,23 @@ QUICK_TIER_CHECK = (
 QUICK_TIER_VERDICT = pytest.StashKey[tuple[str, str]]()  # (outcome, words) for the summary
 
 
+# marks a test file names in its text when it has tests that carry them
+SELECTIVE_MARKS = ("gluonts", "containers")
+
+
 def pytest_ignore_collect(collection_path, config):
-    # the second phase (-m "gluonts and ..."): a test file whose text never names the gluonts
-    # mark holds no test it selects, so it is not imported (tests/marks.py). The first phase
-    # collects every file: the quick tier's check reads what each one imports.
+    # the second phase (-m "gluonts and ...") and both phases of the container tier
+    # (-m "(containers) and ..."): a test file whose text never names a mark the expression
+    # needs holds no test it selects, so it is not imported (tests/marks.py). The first phase
+    # of the suite collects every file: the quick tier's check reads what each one imports.
     if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
         return None
-    if not needs_mark(config.option.markexpr or "", "gluonts"):
+    expression = config.option.markexpr or ""
+    needed = [mark for mark in SELECTIVE_MARKS if needs_mark(expression, mark)]
+    if not needed:
         return None
-    return None if "gluonts" in collection_path.read_text(encoding="utf-8") else True
+    text = collection_path.read_text(encoding="utf-8")
+    return None if all(mark in text for mark in needed) else True
 
 
 @pytest.hookimpl(tryfirst=True)

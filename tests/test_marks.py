@@ -30,3 +30,16 @@ from tests.marks import needs_mark
 )
 def test_an_expression_needs_the_mark_only_when_no_test_without_it_matches(expression, needed):
     assert needs_mark(expression, "gluonts") is needed
+
+
+@pytest.mark.parametrize(
+    ("expression", "needed"),
+    [
+        ("(containers) and not gluonts and not heavy", True),  # the container tier, phase 1
+        ("(containers) and gluonts and not heavy", True),  # and phase 2
+        ("not gluonts and not heavy and not containers", False),  # the suite's phase 1
+        ("(quick) and not gluonts and not heavy and not containers", False),  # -m quick
+    ],
+)
+def test_the_container_tiers_expressions_need_the_containers_mark(expression, needed):
+    assert needs_mark(expression, "containers") is needed

@@ -78,22 +78,6 @@ def test_every_image_installs_the_dependencies_in_the_same_steps():
         assert own == first, image
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
-def test_the_engines_install_before_the_sources_are_copied(dockerfile):
-    """A change to the toolkit's code rebuilds the layers from ``COPY . /src`` on: the
-    simulator engines (the pinned packages) are installed before it, in a layer that stays."""
-    text = dockerfile.read_text()
-    pinned = re.findall(
-        r"^([\w-]+)==", (REPO / "docker" / "requirements-simulators.txt").read_text(), re.M
-    )
-    copied = text.index("COPY . /src")
-    steps = re.split(r"\n(?=[A-Z]+ )", text)
-    for package in pinned:
-        named = [step for step in steps if re.search(rf"pip install[^#]*\s{package}(\s|$)", step)]
-        assert all(text.index(step) < copied for step in named), (package, named)
-    assert any(re.search(r"pip install[^#]*\s/src(\s|$)", step) for step in steps)
-
-
 def test_opendc_image_builds_the_driver_with_debians_jdk_and_ships_a_jre():
     text = (REPO / "docker" / "opendc" / "Dockerfile").read_text()
     build, final = text.split("\nFROM python\n")

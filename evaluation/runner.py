@@ -62,8 +62,6 @@ from whatif_bench.evaluation.chunk_store import (
 from whatif_bench.evaluation.corpus_ref import (
     READER,
     CorpusRef,
-    CovariateUnits,
-    FileIdentity,
     close_corpus_reader,
     open_reader,
 )
@@ -490,34 +488,24 @@ def _jobs(session: _Session, scoring: ScoringPass) -> ChunkJobs:
         return ChunkJobs(session.pool, _score_tasks, read_here)
 
     def by_ids(chunk: PendingChunk) -> tuple:
-        return (
-            corpus.path,
-            corpus.identity,
-            chunk.ids,
-            chunk.models,
-            calls(),
-            scoring,
-            corpus.units,
-        )
+        return (corpus, chunk.ids, chunk.models, calls(), scoring)
 
     return ChunkJobs(session.pool, _score_chunk, by_ids)
 
 
 def _score_chunk(
-    corpus_path: str,
-    identity: FileIdentity,
+    corpus: CorpusRef,
     ids: list[str],
     models: list[Forecaster | str],
     calls: ModelCalls | None = None,
     scoring: ScoringPass = TASKS,
-    units: CovariateUnits | None = None,
 ) -> list[pd.DataFrame]:
     """A local job: the chunk of units ``ids`` of ``scoring`` (default the tasks' pass) read
-    through this process's reader of the corpus ``CorpusRef(corpus_path, identity, units)``
-    and scored with each model (``ScoringPass.score_chunk``): one frame of the pass's columns
-    per model. (The corpus goes as its fields: the first arguments of the job of old, and the
-    covariate units last, so that a worker never loads the relationship registry.)"""
-    return scoring.score_chunk(CorpusRef(corpus_path, identity, units), ids, models, calls)
+    through this process's reader of the ``corpus`` and scored with each model
+    (``ScoringPass.score_chunk``): one frame of the pass's columns per model. The reference
+    carries the covariate units found at the start, so a worker never loads the relationship
+    registry to find them."""
+    return scoring.score_chunk(corpus, ids, models, calls)
 
 
 def _score_tasks(

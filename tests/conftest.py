@@ -69,18 +69,14 @@ from tests.conftest import drawing_one_skill_plot
 from whatif_bench import cli
 
 with drawing_one_skill_plot():
-    code = cli.main(sys.argv[1:])
-from whatif_bench.workers import stop_workers
-
-stop_workers()  # as the console script does after the command (cli.entry)
-sys.exit(code)
+    cli.entry()  # the console script's own: main, then its worker processes ended at once
 """
 
 
 def run_whatif_drawing_one_skill_plot(*args: str) -> subprocess.CompletedProcess:
     """``run_whatif`` for ``whatif evaluate`` runs whose process is the point (a model that
     crashes, exits or kills its worker must not end the run) but whose five skill plots are not
-    (about 1 s of each run): the same ``cli.main`` in a new process, drawing one plot."""
+    (about 1 s of each run): the console script's ``cli.entry`` in a new process, drawing one plot."""
     return subprocess.run(
         [sys.executable, "-P", "-c", _ONE_SKILL_PLOT_MAIN, *args],
         capture_output=True,

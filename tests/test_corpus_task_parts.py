@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from tests.conftest import small_corpus
 from whatif_bench.corpus.reader import ITER_CHUNK, CorpusError
 from whatif_bench.evaluation import evaluate, runner
+from whatif_bench.evaluation.corpus_ref import CorpusRef
 from whatif_bench.evaluation.forecasters import Forecast, TaskInput
 from whatif_bench.generator import Corpus
 
@@ -180,20 +181,20 @@ def test_a_corpus_replaced_during_the_evaluation_is_refused(tmp_path, corpus_pat
     corpus, _, identity = runner._corpus_reader(str(path))
     try:
         task_id = corpus.task_ids()[0]
-        first = runner._score_chunk(str(path), identity, [task_id], ["naive"])[0]
+        first = runner._score_chunk(CorpusRef(str(path), identity), [task_id], ["naive"])[0]
         assert list(first["task_id"]) == [task_id]
         shutil.copyfile(corpus_path, tmp_path / "new.h5")
         (tmp_path / "new.h5").replace(path)  # as whatif generate puts a new corpus in place
-        again = runner._score_chunk(str(path), identity, [task_id], ["naive"])[0]
+        again = runner._score_chunk(CorpusRef(str(path), identity), [task_id], ["naive"])[0]
         pd.testing.assert_frame_equal(  # still the file it opened (seconds are measured)
             runner.without_timings(again), runner.without_timings(first)
         )
         runner.close_corpus_reader()  # as in a worker process that opens it now
         with pytest.raises(runner.EvaluationError, match="the corpus changed"):
-            runner._score_chunk(str(path), identity, [task_id], ["naive"])
+            runner._score_chunk(CorpusRef(str(path), identity), [task_id], ["naive"])
         path.unlink()
         with pytest.raises(runner.EvaluationError, match="went away"):
-            runner._score_chunk(str(path), identity, [task_id], ["naive"])
+            runner._score_chunk(CorpusRef(str(path), identity), [task_id], ["naive"])
     finally:
         runner.close_corpus_reader()
 

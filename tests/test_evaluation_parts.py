@@ -361,14 +361,12 @@ def test_one_place_decides_where_the_chunks_of_both_passes_run(
         assert jobs.function is runner._score_tasks and len(call[0]) == len(ids) * (
             1 if scoring is TASKS else 3
         )
-        tail = call
     else:  # the ids go; the process that runs the chunk reads them, with the covariate units
         # found at the start (a worker loads no relationship registry to find them again)
         assert jobs.function is runner._score_chunk
-        assert call[:3] == (corpus_ref.path, corpus_ref.identity, ids)
-        assert call[-1] == corpus_ref.units == covariate_units(corpus.attrs) != {}
-        tail = call[:-1]
-    assert tail[-2] == ModelCalls(9.0, {"x": "gone"}) and tail[-1] is scoring
+        assert call[:2] == (corpus_ref, ids)
+        assert call[0].units == covariate_units(corpus.attrs) != {}
+    assert call[-2] == ModelCalls(9.0, {"x": "gone"}) and call[-1] is scoring
     frames = jobs.function(*call)
     assert len(frames) == 1 and frames[0][scoring.key].tolist() == ids
 

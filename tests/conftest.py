@@ -76,7 +76,8 @@ with drawing_one_skill_plot():
 def run_whatif_drawing_one_skill_plot(*args: str) -> subprocess.CompletedProcess:
     """``run_whatif`` for ``whatif evaluate`` runs whose process is the point (a model that
     crashes, exits or kills its worker must not end the run) but whose five skill plots are not
-    (about 1 s of each run): the console script's ``cli.entry`` in a new process, drawing one plot."""
+    (about 1 s of each run): the console script's ``cli.entry`` in a new process, drawing one
+    plot."""
     return subprocess.run(
         [sys.executable, "-P", "-c", _ONE_SKILL_PLOT_MAIN, *args],
         capture_output=True,

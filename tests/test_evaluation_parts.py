@@ -343,6 +343,17 @@ def test_a_fatal_failure_enters_given_up_once(tmp_path):
     assert state.given_up == {"m": f"{reason} (on an earlier batch; not called again)"}
 
 
+def _naive_jobs(tmp_path, corpus_ref, scoring, distributed: bool, given_up: dict) -> ChunkJobs:
+    """The jobs of an evaluation of naive (model timeout 9 s) whose ``scoring`` pass runs on
+    a dask cluster or locally, with the models ``given_up`` so far."""
+    run = runner.EvaluationRun(
+        corpus_path=tmp_path, models=("naive",), labels=("naive",), out=tmp_path, model_timeout=9.0
+    )
+    pool = SimpleNamespace(distributed=distributed)
+    session = runner._Session(run, pool, ChunkStore(tmp_path, print), corpus_ref, given_up)
+    return runner._jobs(session, scoring)
+
+
 @pytest.mark.parametrize("distributed", [False, True], ids=["local", "dask"])
 @pytest.mark.parametrize("scoring", PASSES, ids=["tasks", "relational"])
 def test_one_place_decides_where_the_chunks_of_both_passes_run(
@@ -350,12 +361,7 @@ def test_one_place_decides_where_the_chunks_of_both_passes_run(
 ):
     corpus, _ = corpus_ref.open()
     ids = corpus.task_ids()[:2] if scoring is TASKS else _kept_pairs(corpus)[:2]
-    run = runner.EvaluationRun(
-        corpus_path=tmp_path, models=("naive",), labels=("naive",), out=tmp_path, model_timeout=9.0
-    )
-    pool = SimpleNamespace(distributed=distributed)
-    session = runner._Session(run, pool, ChunkStore(tmp_path, print), corpus_ref, {"x": "gone"})
-    jobs = runner._jobs(session, scoring)
+    jobs = _naive_jobs(tmp_path, corpus_ref, scoring, distributed, {"x": "gone"})
     call = jobs.call_of(PendingChunk(0, ids, [("naive", "naive")]))
     if distributed:  # read here, sent with the chunk: the workers need no corpus file
         assert jobs.function is runner._score_tasks and len(call[0]) == len(ids) * (
@@ -376,12 +382,7 @@ def test_a_worker_scores_its_chunk_without_loading_the_relationship_registry(tmp
     # units come with it, so the worker imports neither the registry nor numba (which took
     # 0.2 s to 0.9 s of each worker's start here).
     corpus, units = corpus_ref.open()
-    run = runner.EvaluationRun(
-        corpus_path=tmp_path, models=("naive",), labels=("naive",), out=tmp_path, model_timeout=9.0
-    )
-    pool = SimpleNamespace(distributed=False)
-    session = runner._Session(run, pool, ChunkStore(tmp_path, print), corpus_ref, {})
-    call = runner._jobs(session, TASKS).call_of(
+    call = _naive_jobs(tmp_path, corpus_ref, TASKS, False, {}).call_of(
         PendingChunk(0, corpus.task_ids()[:2], [("naive", "naive")])
     )
     (tmp_path / "call.pickle").write_bytes(pickle.dumps(call))

@@ -66,9 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--parallel",
         type=positive_int,
         default=DEFAULT_PARALLEL_BUILDS,
-        help="images built at once (threads that wait on the engine, not worker processes like "
-        "the --jobs of generate); each running build needs its own temporary disk space, about "
-        "1-2 GB (default: %(default)s, one after another)",
+        help="images built at once after the first, which builds alone and makes the layers "
+        "they share (threads that wait on the engine, not worker processes like the --jobs of "
+        "generate); each running build needs its own temporary disk space, about 1-2 GB; 1 "
+        "builds one after another (default: %(default)s)",
     )
     build.set_defaults(handler=_build)
     check.add_argument(

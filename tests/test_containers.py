@@ -61,7 +61,7 @@ def built(engine, base, tmp_path_factory):
     and its tests skip, saying why."""
     logs = tmp_path_factory.mktemp("build-logs")
     wanted = [image for image in BUILT if not (image == "opendc" and _opendc_missing())]
-    # as `whatif images build` does by default (one at a time)
+    # as `whatif images build` does by default (the first alone, then two at a time)
     built = containers.build_images(engine, wanted, REPO, base, MAVEN_REPO, logs)
     return dict(zip(wanted, built, strict=True))
 

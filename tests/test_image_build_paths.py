@@ -217,15 +217,28 @@ def _fake_builds(monkeypatch, seconds: dict[str, float], failing: str | None = N
     return events
 
 
-def test_builds_run_parallel_at_a_time_and_come_in_the_order_asked(monkeypatch):
-    seconds = {"epanet": 0.3, "sumo": 0.05, "gridlabd": 0.05, "toolkit": 0.05}
+def test_builds_run_parallel_at_a_time_after_the_first_and_come_in_the_order_asked(monkeypatch):
+    seconds = {"epanet": 0.05, "sumo": 0.3, "gridlabd": 0.05, "toolkit": 0.05}
     events = _fake_builds(monkeypatch, seconds)
     built = list(containers.build_images(None, list(seconds), REPO, parallel=2))
     assert [b.ref for b in built] == [f"localhost/whatif-{image}:0" for image in seconds]
+    # the first build runs alone (it makes the layers the others share), then two at a time
+    assert events[:2] == [("start", "epanet", 1), ("end", "epanet", 0)]
     assert max(count for _, _, count in events) == 2  # never more than parallel at once
-    # the slow first build did not hold the others back: they ended before it did
+    # the slow second build did not hold the others back: they ended before it did
     ends = [image for event, image, _ in events if event == "end"]
-    assert ends[-1] == "epanet"
+    assert ends[-1] == "sumo"
+
+
+def test_a_single_image_builds_alone_whatever_the_number_at_once(monkeypatch):
+    events = _fake_builds(monkeypatch, {"opendc": 0.01})
+    built = list(containers.build_images(None, ["opendc"], REPO, parallel=3))
+    assert [b.ref for b in built] == ["localhost/whatif-opendc:0"]
+    assert [(e, i) for e, i, _ in events] == [
+        ("start", "opendc"),
+        ("end", "opendc"),
+        ("prune", "opendc"),
+    ]
 
 
 def test_one_at_a_time_builds_one_after_another(monkeypatch):
@@ -240,24 +253,36 @@ def test_one_at_a_time_builds_one_after_another(monkeypatch):
 
 
 def test_a_failed_build_is_its_error_and_later_builds_do_not_begin(monkeypatch):
-    seconds = {"epanet": 0.05, "sumo": 0.2, "gridlabd": 0.01, "opendc": 0.01, "toolkit": 0.01}
-    events = _fake_builds(monkeypatch, seconds, failing="epanet")
+    seconds = {"epanet": 0.01, "sumo": 0.05, "gridlabd": 0.2, "opendc": 0.01, "toolkit": 0.01}
+    events = _fake_builds(monkeypatch, seconds, failing="sumo")
     builds = containers.build_images(None, list(seconds), REPO, parallel=2)
-    with pytest.raises(containers.ContainerError, match="^image epanet: build failed"):
+    with pytest.raises(containers.ContainerError, match="^image sumo: build failed"):
         list(builds)
     started = [image for event, image, _ in events if event == "start"]
-    assert started == ["epanet", "sumo"]  # none begun once a build had failed
-    assert {"epanet", "sumo"} == {image for event, image, _ in events if event == "end"}
-    # only the build that succeeded is pruned, after both builds ended
-    assert [(e, i, n) for e, i, n in events if e == "prune"] == [("prune", "sumo", 0)]
+    assert started == ["epanet", "sumo", "gridlabd"]  # none begun once a build had failed
+    ended = [image for event, image, _ in events if event == "end"]
+    assert sorted(ended) == ["epanet", "gridlabd", "sumo"]
+    # only the builds that succeeded are pruned, after the running ones ended
+    assert [(e, i, n) for e, i, n in events if e == "prune"] == [
+        ("prune", "epanet", 0),
+        ("prune", "gridlabd", 0),
+    ]
     assert events[-1][0] == "prune"
+
+
+def test_a_failed_first_build_begins_no_other(monkeypatch):
+    seconds = {"epanet": 0.01, "sumo": 0.01, "toolkit": 0.01}
+    events = _fake_builds(monkeypatch, seconds, failing="epanet")
+    with pytest.raises(containers.ContainerError, match="^image epanet: build failed"):
+        list(containers.build_images(None, list(seconds), REPO, parallel=2))
+    assert [(e, i) for e, i, _ in events] == [("start", "epanet"), ("end", "epanet")]
 
 
 def test_one_at_a_time_a_failed_build_stops_the_others(monkeypatch):
     seconds = {"epanet": 0.01, "sumo": 0.01, "toolkit": 0.01}
     events = _fake_builds(monkeypatch, seconds, failing="sumo")
     with pytest.raises(containers.ContainerError, match="^image sumo: build failed"):
-        list(containers.build_images(None, list(seconds), REPO))
+        list(containers.build_images(None, list(seconds), REPO, parallel=1))
     assert [image for event, image, _ in events if event == "start"] == ["epanet", "sumo"]
     assert [image for event, image, _ in events if event == "prune"] == ["epanet"]
 
@@ -272,5 +297,5 @@ def test_the_build_command_says_parallel_and_its_default(capsys):
     code, out, _ = run(capsys, "images", "build", "--help")
     help_text = " ".join(out.split())
     assert code == 0
-    assert "images built at once" in help_text
-    assert f"(default: {containers.DEFAULT_PARALLEL_BUILDS}, one after another)" in help_text
+    assert "images built at once after the first, which builds alone" in help_text
+    assert f"(default: {containers.DEFAULT_PARALLEL_BUILDS})" in help_text

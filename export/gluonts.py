@@ -38,6 +38,7 @@ import pandas as pd
 
 from whatif_bench.corpus import QUANTILE_LEVELS, frequency_alias, utc_naive
 from whatif_bench.errors import WhatIfError
+from whatif_bench.export.texts import FloatTexts
 from whatif_bench.outputs import safe_name
 
 METADATA = "metadata.json"
@@ -63,31 +64,48 @@ def period_start(task, freq: str) -> str:
     return str(pd.Period(utc_naive(task.start), freq=freq))
 
 
-def _numbers(values: np.ndarray) -> str:
-    """A JSON array of float32 values that read back exactly (non-finite ones as strings,
-    which GluonTS reads as NaN or infinity)."""
-    from whatif_bench.export.llm import float_texts
-
-    texts = float_texts(values)
-    finite = np.isfinite(np.asarray(values, dtype=np.float32).ravel())
+def _numbers(texts: np.ndarray, values: np.ndarray) -> str:
+    """A JSON array of float32 ``values`` (shape (n,)) given their texts (``export.texts``,
+    shape (n,)): numbers that read back exactly, non-finite ones as strings, which GluonTS reads
+    as NaN or infinity."""
+    finite = np.isfinite(values)
     if not finite.all():
+        texts = texts.copy()
         for i in np.flatnonzero(~finite):
-            texts[i] = json.dumps(str(float(values.ravel()[i])))  # "nan", "inf", "-inf"
-    return "[" + ",".join(texts) + "]"
+            texts[i] = json.dumps(str(float(values[i])))  # "nan", "inf", "-inf"
+    return "[" + ",".join(texts.tolist()) + "]"
 
 
-def line(task, freq: str, static: list[int], description: str | None = None) -> bytes:
+def line(
+    task,
+    freq: str,
+    static: list[int],
+    description: str | None = None,
+    floats: FloatTexts | None = None,
+) -> bytes:
     """One JSON line (UTF-8, ending in a newline) of a task; ``description`` (compact JSON text,
-    ``corpus.describe``) is carried as a string field, which GluonTS passes through."""
-    target = np.concatenate([task.history_target, task.future_target])
+    ``corpus.describe``) is carried as a string field, which GluonTS passes through; ``floats``:
+    the export's ``FloatTexts`` (each distinct number formatted once), a new one when None."""
+    target = np.concatenate([task.history_target, task.future_target]).astype(np.float32)
+    rows = np.concatenate([task.history_covariates, task.future_covariates], axis=1).astype(
+        np.float32
+    )
+    texts = (floats or FloatTexts())(np.concatenate([target, rows.ravel()]))
     parts = [
         f'"item_id":{json.dumps(task.task_id)}',
         f'"start":{json.dumps(period_start(task, freq))}',
-        f'"target":{_numbers(target)}',
+        f'"target":{_numbers(texts[: target.size], target)}',
     ]
     if task.k:
-        rows = np.concatenate([task.history_covariates, task.future_covariates], axis=1)
-        parts.append('"feat_dynamic_real":[' + ",".join(_numbers(r) for r in rows) + "]")
+        width = rows.shape[1]
+        parts.append(
+            '"feat_dynamic_real":['
+            + ",".join(
+                _numbers(texts[target.size + i * width : target.size + (i + 1) * width], row)
+                for i, row in enumerate(rows)
+            )
+            + "]"
+        )
     parts.append(f'"feat_static_cat":[{",".join(str(int(c)) for c in static)}]')
     parts.append(f'"description":{json.dumps(description)}')
     return ("{" + ",".join(parts) + "}\n").encode("utf-8")
@@ -150,6 +168,7 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
     frame = tasks.assign(interval_s=tasks["simulator"].map(intervals))
     keys = ["interval_s", "prediction", "k"]
     origin = provenance(corpus)
+    floats = FloatTexts()
     groups = []
     bar = tqdm(total=len(tasks), desc="export gluonts", unit="task", disable=not progress)
     try:
@@ -169,7 +188,7 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
                             name = f"{task.simulator}/{task.target}"
                             static = [codes["simulator"][task.simulator], codes["target"][name]]
                             described = describer.json(task) if describer else None
-                            out.write(line(task, freq, static, described))
+                            out.write(line(task, freq, static, described, floats))
                             contexts.add(task.context_length)
                             if name not in series:
                                 known = units.get((task.simulator, task.target), {})

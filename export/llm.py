@@ -13,9 +13,9 @@ Layout of the export folder::
                                     (``corpus.describe.scenario_text``; for text-conditioned
                                     models, not part of the prompt)
 
-``<task>`` is the task id with ``/`` replaced by ``+``. Numbers are the float32 task values in
-their shortest round-trip text, timestamps ISO 8601, lines end in ``\\n``: the same corpus and
-tasks give byte-identical files. See docs/EXPORT_LLM.md.
+``<task>`` is ``task-000001`` and so on, in task order (``task_folder_name``). Numbers are the
+float32 task values in their shortest round-trip text (``export.texts``), timestamps ISO 8601,
+lines end in ``\\n``: the same corpus and tasks give byte-identical files. See docs/EXPORT_LLM.md.
 """
 
 from __future__ import annotations
@@ -24,12 +24,9 @@ import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 from whatif_bench.evaluation.llm_prompt import (
     FILES,
@@ -39,11 +36,11 @@ from whatif_bench.evaluation.llm_prompt import (
     parse_response,
     render_prompt,
 )
+from whatif_bench.export.texts import FloatTexts, StampTexts
 
 __all__ = [
     "KEY",
     "TASKS",
-    "float_texts",
     "forecast_with_retries",
     "parse_response",
     "task_folder_name",
@@ -65,38 +62,6 @@ def task_folder_name(position: int) -> str:
     return f"task-{position + 1:06d}"
 
 
-def float_texts(values: np.ndarray) -> list[str]:
-    """Each float32 value as the shortest text that reads back (via float64) to it exactly.
-
-    numpy's shortest float32 repr is used; in the rare case where reading that text as float64
-    and rounding to float32 would give another value (double rounding), the float64 repr of the
-    value is written instead, which always reads back exactly. Each distinct bit pattern is
-    formatted once (a covariate holds few distinct values; -0.0 and 0.0 stay apart).
-    """
-    values = np.asarray(values, dtype=np.float32).ravel()
-    if not values.size:
-        return []
-    patterns, where = np.unique(values.view(np.uint32), return_inverse=True)
-    distinct = patterns.view(np.float32)
-    texts = [str(value) for value in distinct]
-    back = np.array(texts, dtype=np.float64).astype(np.float32)
-    wrong = ~((back == distinct) & (np.signbit(back) == np.signbit(distinct)))
-    wrong &= ~(np.isnan(back) & np.isnan(distinct))
-    for i in np.flatnonzero(wrong):
-        texts[i] = repr(float(distinct[i]))
-    return np.array(texts, dtype=object)[where.ravel()].tolist()
-
-
-def iso_stamps(index: pd.DatetimeIndex) -> list[str]:
-    """``stamp.isoformat()`` of every stamp of ``index``, shape (n,); whole seconds without a
-    time zone (every corpus's) are formatted by numpy in one call."""
-    if index.tz is None:
-        seconds = index.values.astype("datetime64[s]")
-        if (seconds == index.values).all():
-            return np.datetime_as_string(seconds, unit="s").tolist()
-    return [stamp.isoformat() for stamp in index]
-
-
 def _table(stamps: list[str], header: list[str], columns: list[list[str]] | None) -> str:
     """CSV text: ``timestamp`` then one column per header name (blank when ``columns`` is None)."""
     lines = [",".join(["timestamp", *header])]
@@ -108,27 +73,59 @@ def _table(stamps: list[str], header: list[str], columns: list[list[str]] | None
     return "\n".join(lines) + "\n"
 
 
-def _write_task(task, folder: Path, units: dict[str, str], describer=None) -> dict[str, Any]:
+class _Tables:
+    """The four CSV tables of each task of one export; each distinct number and timestamp is
+    formatted once for the whole export (``export.texts``)."""
+
+    def __init__(self) -> None:
+        self.floats = FloatTexts()
+        self.stamps = StampTexts()
+
+    def of(
+        self, task, targets: list[str], covariates: list[str]
+    ) -> tuple[dict[str, str], list[str]]:
+        """File name -> CSV text of ``task``'s tables, under the dummy names ``targets`` (one)
+        and ``covariates`` (K); and the future's timestamps, shape (H,)."""
+        stamps = self.stamps(task.timestamps())
+        context, horizon = task.context_length, len(stamps) - task.context_length
+        past, future = stamps[:context], stamps[context:]
+        k = task.k
+        texts = self.floats(
+            np.concatenate(
+                [
+                    np.ravel(task.history_covariates),
+                    np.ravel(task.history_target),
+                    np.ravel(task.future_covariates),
+                ]
+            )
+        )
+        after = (k + 1) * context
+        history = [texts[i * context : (i + 1) * context].tolist() for i in range(k)]
+        upcoming = [
+            texts[after + i * horizon : after + (i + 1) * horizon].tolist() for i in range(k)
+        ]
+        files = {
+            "past_covariates.csv": _table(past, covariates, history),
+            "past_target.csv": _table(past, targets, [texts[k * context : after].tolist()]),
+            "future_timestamps.csv": _table(future, targets, None),
+            "future_covariates.csv": _table(future, covariates, upcoming),
+        }
+        return files, future
+
+
+def _write_task(
+    task, folder: Path, units: dict[str, str], describer=None, tables: _Tables | None = None
+) -> dict[str, Any]:
     """The task's folder, and its line of the key (``units``: ``corpus.task_units``, the same
     the other exports write, "" where unknown; ``describer``: a ``corpus.describe.Describer``
     of the corpus, or ``None`` for a corpus built with user forms modules: no
-    ``scenario.txt``, and null ``description`` and ``scenario_text``)."""
-    stamps = iso_stamps(task.timestamps())
-    past, future = stamps[: task.context_length], stamps[task.context_length :]
+    ``scenario.txt``, and null ``description`` and ``scenario_text``; ``tables``: the export's
+    ``_Tables``, a new one when ``None``)."""
     targets = list(dummy_ids("target", 1))
     covariates = list(dummy_ids("covariate", task.k))
+    files, future = (tables or _Tables()).of(task, targets, covariates)
     folder.mkdir()
-    files = {
-        "past_covariates.csv": _table(
-            past, covariates, [float_texts(row) for row in task.history_covariates]
-        ),
-        "past_target.csv": _table(past, targets, [float_texts(task.history_target)]),
-        "future_timestamps.csv": _table(future, targets, None),
-        "future_covariates.csv": _table(
-            future, covariates, [float_texts(row) for row in task.future_covariates]
-        ),
-        PROMPT: render_prompt(targets, covariates, task.context_length, future, task.interval_s),
-    }
+    files[PROMPT] = render_prompt(targets, covariates, task.context_length, future, task.interval_s)
     assert set(files) == {*FILES, PROMPT}
     if describer is not None:
         dummies = {task.target: targets[0], **dict(zip(task.covariates, covariates, strict=True))}
@@ -163,6 +160,7 @@ def write(corpus, tasks, folder, progress: bool = True) -> dict[str, Any]:
     from whatif_bench.corpus import covariate_units, export_describer, task_units
 
     describer = export_describer(corpus)
+    tables = _Tables()
     by_target = covariate_units(corpus.attrs)
     (folder / TASKS).mkdir()
     iterator: Iterable[tuple[str, str]] = zip(ids, names, strict=True)
@@ -173,7 +171,8 @@ def write(corpus, tasks, folder, progress: bool = True) -> dict[str, Any]:
     with open(folder / KEY, "w", encoding="utf-8", newline="\n") as key:
         for task_id, name in iterator:
             task = corpus[task_id]
-            line = _write_task(task, folder / TASKS / name, task_units(task, by_target), describer)
+            units = task_units(task, by_target)
+            line = _write_task(task, folder / TASKS / name, units, describer, tables)
             key.write(json.dumps(line, sort_keys=True, allow_nan=False) + "\n")
     return {
         "format": "llm",

@@ -24,7 +24,8 @@ from whatif_bench.evaluation.llm_prompt import (
     parse_response,
 )
 from whatif_bench.export.formats import writer
-from whatif_bench.export.llm import KEY, TASKS, float_texts, iso_stamps, task_folder_name
+from whatif_bench.export.llm import KEY, TASKS, task_folder_name
+from whatif_bench.export.texts import FloatTexts, StampTexts, float_texts, iso_stamps
 from whatif_bench.generator import Corpus
 
 TARGET = "sumo/flow_loop_e_0_near"
@@ -292,6 +293,48 @@ def test_float_texts_equal_formatting_each_value_alone(bits, repeated):
         [np.array(bits, dtype=np.uint32).view(np.float32), np.array(repeated, dtype=np.float32)]
     )
     assert float_texts(values) == float_texts_reference(values)
+
+
+@given(
+    st.lists(
+        st.lists(st.one_of(FLOAT32_BITS, st.sampled_from([0, 2**31, 0x3F800000])), max_size=40),
+        min_size=1,
+        max_size=6,
+    )
+)
+@settings(max_examples=150, deadline=None)
+def test_one_exports_float_texts_are_each_arrays_own_whatever_came_before(arrays):
+    # one FloatTexts across several arrays (as over an export's tasks): each array's texts
+    # equal formatting each value alone, whichever patterns earlier arrays already formatted
+    floats = FloatTexts()
+    for bits in arrays * 2:
+        values = np.array(bits, dtype=np.uint32).view(np.float32)
+        assert floats(values).tolist() == float_texts_reference(values)
+    assert floats(np.empty((0, 3), dtype=np.float32)).tolist() == []
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.datetimes(min_value=dt.datetime(1970, 1, 1), max_value=dt.datetime(2100, 1, 1)),
+            st.sampled_from([1, 60, 300, 3600]),
+            st.integers(min_value=0, max_value=30),
+            st.sampled_from([None, None, "UTC"]),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+@settings(max_examples=100, deadline=None)
+def test_one_exports_stamp_texts_are_each_indexs_isoformat_whatever_came_before(indexes):
+    # each index twice, the second time from what the first formatted, and shifted by half its
+    # length, half of it known
+    stamps = StampTexts()
+    for start, seconds, periods, tz in indexes * 2:
+        step = pd.Timedelta(seconds=seconds)
+        for first in (start, start + step * (periods // 2)):
+            index = pd.date_range(first, periods=periods, freq=step, tz=tz)
+            assert stamps(index) == [stamp.isoformat() for stamp in index]
 
 
 @given(

@@ -1,0 +1,147 @@
+"""Numbers and timestamps as text for the text exports (``llm`` CSV tables, ``gluonts`` JSON).
+
+A float32 value is written as the shortest text that reads back to it exactly, a timestamp in
+ISO 8601. Both are pure functions of the value, so an export may keep what it formatted and
+look it up for the next task: ``FloatTexts`` and ``StampTexts`` do that for one export. A
+covariate holds few distinct values and the tasks of a target share its timeline, so most
+values of a task were already formatted for an earlier one (86 % of the float texts and all
+but 16.7 k of 3.17 M stamps in the README's 760-task corpus). ``float_texts`` and
+``iso_stamps`` format one array with nothing kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["FloatTexts", "StampTexts", "float_texts", "iso_stamps"]
+
+
+# the most texts one memo keeps: past it, it starts again empty (about 100 MiB of keys and
+# texts; the texts are the same either way, only formatted again)
+MEMO_LIMIT = 1 << 20
+
+
+class _Memo:
+    """Texts of integer keys already formatted (a dict), at most ``MEMO_LIMIT`` of them."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, str] = {}
+
+    def texts(self, keys: list[int], format_keys: Callable[[np.ndarray], list[str]]) -> list[str]:
+        """The text of each of ``keys``: the kept ones looked up, the others made by
+        ``format_keys`` (an int64 array of them, shape (m,) -> m texts) and kept."""
+        get = self._texts.get
+        texts = [get(key) for key in keys]
+        missing = [i for i, text in enumerate(texts) if text is None]
+        if missing:
+            if len(self._texts) + len(missing) > MEMO_LIMIT:
+                self._texts.clear()
+            fresh = format_keys(np.array([keys[i] for i in missing], dtype=np.int64))
+            for i, text in zip(missing, fresh, strict=True):
+                texts[i] = self._texts[keys[i]] = text
+        return cast(list[str], texts)  # every None was replaced
+
+
+def _shortest_exact(values: np.ndarray) -> list[str]:
+    """Each float32 of ``values`` (shape (n,)) as the shortest text that reads back (via
+    float64) to it exactly: numpy's shortest float32 repr, or, in the rare case where reading
+    that text as float64 and rounding to float32 would give another value (double rounding),
+    the float64 repr, which always reads back exactly. NaN stays NaN, -0.0 stays -0.0."""
+    texts = [str(value) for value in values]
+    if not texts:
+        return texts
+    back = np.array(texts, dtype=np.float64).astype(np.float32)
+    wrong = ~((back == values) & (np.signbit(back) == np.signbit(values)))
+    wrong &= ~(np.isnan(back) & np.isnan(values))
+    for i in np.flatnonzero(wrong):
+        texts[i] = repr(float(values[i]))
+    return texts
+
+
+class FloatTexts:
+    """The shortest exact texts of float32 values, each distinct bit pattern formatted once
+    for the life of the object (one export); -0.0 and 0.0, and NaN payloads, stay apart."""
+
+    def __init__(self) -> None:
+        self._memo = _Memo()
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        """The text of every value of ``values`` (any shape, cast to float32), flattened: an
+        object array of ``str`` of shape (values.size,)."""
+        bits = np.ascontiguousarray(values, dtype=np.float32).ravel().view(np.uint32)
+        patterns, where = np.unique(bits, return_inverse=True)
+        distinct = np.empty(patterns.size, dtype=object)
+        distinct[:] = self._memo.texts(patterns.tolist(), _pattern_texts)
+        return distinct[where.ravel()]
+
+
+class StampTexts:
+    """``isoformat()`` of timestamps. Whole-second stamps without a time zone at a regular step
+    (every corpus task's) are cut from a span of texts kept per step for the life of the object
+    (one export), which grows to cover each index asked: the tasks of a target share its
+    timeline, so a task's stamps are a slice of texts made before. Other stamps are formatted
+    each time."""
+
+    def __init__(self) -> None:
+        # step (s) -> (first stamp of the span, s since 1970; the texts of the span's stamps)
+        self._spans: dict[int, tuple[int, list[str]]] = {}
+
+    def __call__(self, index: pd.DatetimeIndex) -> list[str]:
+        """``stamp.isoformat()`` of every stamp of ``index``, shape (n,)."""
+        if index.tz is None:
+            seconds = index.values.astype("datetime64[s]")
+            if (seconds == index.values).all():
+                keys = seconds.view(np.int64)
+                steps = np.diff(keys)
+                if keys.size > 1 and steps[0] > 0 and (steps == steps[0]).all():
+                    return self._regular(int(keys[0]), int(steps[0]), int(keys.size))
+                return _second_texts(keys)
+        return [stamp.isoformat() for stamp in index]
+
+    def _regular(self, first: int, step: int, count: int) -> list[str]:
+        """The texts of ``count`` stamps ``first + i * step`` (s since 1970), from the span of
+        ``step``, grown (or, if it is not on the same grid or would pass ``MEMO_LIMIT``
+        stamps, started again) to hold them."""
+        origin, texts = self._spans.get(step, (first, []))
+        end = origin + len(texts) * step
+        low, high = min(origin, first), max(end, first + count * step)
+        if (first - origin) % step or not texts or (high - low) // step > MEMO_LIMIT:
+            origin, texts = first, _second_texts(np.arange(count, dtype=np.int64) * step + first)
+        else:
+            if low < origin:
+                texts = _second_texts(np.arange(low, origin, step, dtype=np.int64)) + texts
+                origin = low
+            if high > end:
+                texts = texts + _second_texts(np.arange(end, high, step, dtype=np.int64))
+        self._spans[step] = (origin, texts)
+        start = (first - origin) // step
+        return texts[start : start + count]
+
+
+def _pattern_texts(patterns: np.ndarray) -> list[str]:
+    """The shortest exact texts of float32 bit patterns (int64 array, shape (m,))."""
+    return _shortest_exact(patterns.astype(np.uint32).view(np.float32))
+
+
+def _second_texts(seconds: np.ndarray) -> list[str]:
+    """ISO 8601 texts (``YYYY-MM-DDTHH:MM:SS``) of seconds since 1970 (int64, shape (m,))."""
+    texts: list[str] = np.datetime_as_string(seconds.view("datetime64[s]"), unit="s").tolist()
+    return texts
+
+
+def float_texts(values: np.ndarray) -> list[str]:
+    """The shortest exact text of each value of ``values`` (any shape, cast to float32),
+    flattened, shape (values.size,); see ``FloatTexts``."""
+    texts: list[str] = FloatTexts()(values).tolist()
+    return texts
+
+
+def iso_stamps(index: pd.DatetimeIndex) -> list[str]:
+    """``stamp.isoformat()`` of every stamp of ``index``, shape (n,); see ``StampTexts``."""
+    return StampTexts()(index)

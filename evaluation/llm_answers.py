@@ -105,7 +105,14 @@ class LLMAnswers:
                 raise LLMError(f"{path}: not a final record of whatif llm (no task_id)")
             self.records[answer["task_id"]] = answer
         self.answers_sha256 = digest.hexdigest()
-        self.key = {str(line.get("task_id")): line for line in _read_key(self.directory / KEY)}
+        # the export's key, read once: its lines in task order, and by task id
+        self.key_lines = _read_key(self.directory / KEY)
+        self.key = {str(line.get("task_id")): line for line in self.key_lines}
+
+    def task_ids_in(self, corpus) -> list[str]:
+        """The task ids of the export's key, after checking that the export was made from
+        ``corpus`` (``check_key_against_corpus``, on the key this object read)."""
+        return _check_key_lines(self.key_lines, corpus)
 
     def params(self) -> dict[str, Any]:
         return {"model": self.model, "answers_sha256": self.answers_sha256}
@@ -149,7 +156,11 @@ def check_key_against_corpus(responses: str | os.PathLike, corpus) -> list[str]:
     """The task ids of the responses folder's export key, after checking that the export was
     made from ``corpus`` (an open ``Corpus``): every task id is in it and its ``future_target``
     equals the corpus's truth (as float32); else an ``LLMError``."""
-    lines = _read_key(Path(responses) / KEY)
+    return _check_key_lines(_read_key(Path(responses) / KEY), corpus)
+
+
+def _check_key_lines(lines: list[dict[str, Any]], corpus) -> list[str]:
+    """``check_key_against_corpus`` on the key's ``lines``, already read."""
     ids = [str(line.get("task_id")) for line in lines]
     known = set(corpus.task_ids())
     missing = [task_id for task_id in ids if task_id not in known]

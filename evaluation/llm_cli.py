@@ -254,14 +254,14 @@ def _batch_read(args: argparse.Namespace) -> int:
 def _score(args: argparse.Namespace) -> int:
     from whatif_bench.corpus import Corpus, check_corpus_file
     from whatif_bench.evaluation.cli import load_model, parse_models
-    from whatif_bench.evaluation.llm_answers import LLMAnswers, check_key_against_corpus
+    from whatif_bench.evaluation.llm_answers import LLMAnswers
     from whatif_bench.evaluation.runner import check_out_folder, evaluate
 
     baselines = [load_model(spec) for spec in parse_models(args.models)]
     answers = LLMAnswers(args.responses)
     check_corpus_file(args.corpus)
     with Corpus(args.corpus) as corpus:
-        ids = check_key_against_corpus(args.responses, corpus)
+        ids = answers.task_ids_in(corpus)
     out = check_out_folder(args.out, args.corpus, create=False)
     args.interrupt_note = (
         f"finished chunks were kept in {out}/per_task; run the same command again to resume"

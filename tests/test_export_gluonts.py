@@ -225,6 +225,7 @@ def test_split_at_minus_h_gives_what_evaluate_shows_and_scores(exported, metadat
 
 
 @pytest.mark.gluonts
+@pytest.mark.slow  # about 4 s; quick: test_from_gluonts_seasonal_naive_scores_like_the_toolkit_naive
 def test_seasonal_naive_and_gluonts_evaluator_agree_with_whatif_evaluate(
     exported, metadata, naive_scores
 ):
@@ -281,6 +282,7 @@ def test_from_gluonts_seasonal_naive_scores_like_the_toolkit_naive(corpus_path, 
 
 
 @pytest.mark.gluonts
+@pytest.mark.slow  # about 5 s; quick: test_from_gluonts_seasonal_naive_scores_like_the_toolkit_naive
 def test_from_gluonts_with_one_fixed_predictor_fails_only_other_horizons(corpus_path, tmp_path):
     pytest.importorskip("gluonts")
     from gluonts.model.seasonal_naive import SeasonalNaivePredictor

@@ -11,8 +11,7 @@ but 16.7 k of 3.17 M stamps in the README's 760-task corpus). ``float_texts`` an
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,30 +21,10 @@ if TYPE_CHECKING:
 __all__ = ["FloatTexts", "StampTexts", "float_texts", "iso_stamps"]
 
 
-# the most texts one memo keeps: past it, it starts again empty (about 100 MiB of keys and
-# texts; the texts are the same either way, only formatted again)
+# the most texts one FloatTexts keeps, and the longest span of stamps one StampTexts keeps per
+# step: past it, it starts again empty (about 100 MiB of texts; the texts are the same either
+# way, only formatted again)
 MEMO_LIMIT = 1 << 20
-
-
-class _Memo:
-    """Texts of integer keys already formatted (a dict), at most ``MEMO_LIMIT`` of them."""
-
-    def __init__(self) -> None:
-        self._texts: dict[int, str] = {}
-
-    def texts(self, keys: list[int], format_keys: Callable[[np.ndarray], list[str]]) -> list[str]:
-        """The text of each of ``keys``: the kept ones looked up, the others made by
-        ``format_keys`` (an int64 array of them, shape (m,) -> m texts) and kept."""
-        get = self._texts.get
-        texts = [get(key) for key in keys]
-        missing = [i for i, text in enumerate(texts) if text is None]
-        if missing:
-            if len(self._texts) + len(missing) > MEMO_LIMIT:
-                self._texts.clear()
-            fresh = format_keys(np.array([keys[i] for i in missing], dtype=np.int64))
-            for i, text in zip(missing, fresh, strict=True):
-                texts[i] = self._texts[keys[i]] = text
-        return cast(list[str], texts)  # every None was replaced
 
 
 def _shortest_exact(values: np.ndarray) -> list[str]:
@@ -69,15 +48,25 @@ class FloatTexts:
     for the life of the object (one export); -0.0 and 0.0, and NaN payloads, stay apart."""
 
     def __init__(self) -> None:
-        self._memo = _Memo()
+        self._texts: dict[int, str] = {}  # bit pattern -> text, at most MEMO_LIMIT of them
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         """The text of every value of ``values`` (any shape, cast to float32), flattened: an
         object array of ``str`` of shape (values.size,)."""
         bits = np.ascontiguousarray(values, dtype=np.float32).ravel().view(np.uint32)
         patterns, where = np.unique(bits, return_inverse=True)
+        keys = patterns.tolist()
+        get = self._texts.get
+        texts = [get(key) for key in keys]
+        missing = [i for i, text in enumerate(texts) if text is None]
+        if missing:
+            if len(self._texts) + len(missing) > MEMO_LIMIT:
+                self._texts.clear()
+            fresh = _shortest_exact(patterns[missing].view(np.float32))
+            for i, text in zip(missing, fresh, strict=True):
+                texts[i] = self._texts[keys[i]] = text
         distinct = np.empty(patterns.size, dtype=object)
-        distinct[:] = self._memo.texts(patterns.tolist(), _pattern_texts)
+        distinct[:] = texts
         return distinct[where.ravel()]
 
 
@@ -122,11 +111,6 @@ class StampTexts:
         self._spans[step] = (origin, texts)
         start = (first - origin) // step
         return texts[start : start + count]
-
-
-def _pattern_texts(patterns: np.ndarray) -> list[str]:
-    """The shortest exact texts of float32 bit patterns (int64 array, shape (m,))."""
-    return _shortest_exact(patterns.astype(np.uint32).view(np.float32))
 
 
 def _second_texts(seconds: np.ndarray) -> list[str]:

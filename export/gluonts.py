@@ -76,21 +76,15 @@ def _numbers(texts: np.ndarray, values: np.ndarray) -> str:
     return "[" + ",".join(texts.tolist()) + "]"
 
 
-def line(
-    task,
-    freq: str,
-    static: list[int],
-    description: str | None = None,
-    floats: FloatTexts | None = None,
-) -> bytes:
+def line(task, freq: str, static: list[int], description: str | None, floats: FloatTexts) -> bytes:
     """One JSON line (UTF-8, ending in a newline) of a task; ``description`` (compact JSON text,
     ``corpus.describe``) is carried as a string field, which GluonTS passes through; ``floats``:
-    the export's ``FloatTexts`` (each distinct number formatted once), a new one when None."""
+    the export's ``FloatTexts`` (each distinct number formatted once)."""
     target = np.concatenate([task.history_target, task.future_target]).astype(np.float32)
     rows = np.concatenate([task.history_covariates, task.future_covariates], axis=1).astype(
         np.float32
     )
-    texts = (floats or FloatTexts())(np.concatenate([target, rows.ravel()]))
+    texts = floats(np.concatenate([target, rows.ravel()]))
     parts = [
         f'"item_id":{json.dumps(task.task_id)}',
         f'"start":{json.dumps(period_start(task, freq))}',

@@ -114,16 +114,16 @@ class _Tables:
 
 
 def _write_task(
-    task, folder: Path, units: dict[str, str], describer=None, tables: _Tables | None = None
+    task, folder: Path, units: dict[str, str], describer, tables: _Tables
 ) -> dict[str, Any]:
     """The task's folder, and its line of the key (``units``: ``corpus.task_units``, the same
     the other exports write, "" where unknown; ``describer``: a ``corpus.describe.Describer``
     of the corpus, or ``None`` for a corpus built with user forms modules: no
     ``scenario.txt``, and null ``description`` and ``scenario_text``; ``tables``: the export's
-    ``_Tables``, a new one when ``None``)."""
+    ``_Tables``)."""
     targets = list(dummy_ids("target", 1))
     covariates = list(dummy_ids("covariate", task.k))
-    files, future = (tables or _Tables()).of(task, targets, covariates)
+    files, future = tables.of(task, targets, covariates)
     folder.mkdir()
     files[PROMPT] = render_prompt(targets, covariates, task.context_length, future, task.interval_s)
     assert set(files) == {*FILES, PROMPT}

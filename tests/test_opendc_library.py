@@ -536,6 +536,30 @@ def test_the_drivers_own_inputs_run_cleanly(jvm, tmp_path):
     assert output.run["placement.a"] == output.run["placement.b"] == "host-0"
 
 
+def test_both_jvms_get_the_short_run_options_and_a_users_maven_opts_win(tmp_path, monkeypatch):
+    """Stub ``java`` and ``mvn`` record their arguments and MAVEN_OPTS; the user's MAVEN_OPTS
+    come after the toolkit's options (the JVM takes the last of two settings)."""
+    record = tmp_path / "record.txt"
+    folder = _stub_java(tmp_path, f"open({str(record)!r}, 'a').write(repr(sys.argv[1:]) + '\\n')\n")
+    mvn = folder / "mvn"
+    mvn.write_text(
+        f"#!{sys.executable}\nimport os, sys\n"
+        f"open({str(record)!r}, 'a').write(os.environ.get('MAVEN_OPTS', '') + '\\n')\n"
+        "sys.exit(1)\n"
+    )
+    mvn.chmod(mvn.stat().st_mode | stat.S_IEXEC)
+    toolchain = library.Toolchain(str(folder / "java"), str(mvn), "17.0.15")
+    with pytest.raises(SimulatorError, match=r"the OpenDC driver did not finish as expected"):
+        library.run_driver(toolchain, tmp_path / "x.jar", tmp_path, tmp_path / "out", 2)
+    monkeypatch.setenv("MAVEN_OPTS", "-XX:TieredStopAtLevel=4 -Xmx1g")
+    with pytest.raises(SimulatorError):
+        library.build_driver(toolchain, None, cache=tmp_path / "cache", say=lambda _: None)
+    java_argv, maven_opts = record.read_text().splitlines()
+    assert eval(java_argv)[:3] == [*library.SHORT_JVM_OPTIONS, "-jar"]  # noqa: S307 (our repr)
+    assert maven_opts.split() == [*library.SHORT_JVM_OPTIONS, "-XX:TieredStopAtLevel=4", "-Xmx1g"]
+    assert not library.built_jar(tmp_path / "cache").exists()
+
+
 @pytest.mark.slow  # about 1 s
 def test_a_jvm_that_runs_too_long_is_stopped(tmp_path):
     folder = _stub_java(tmp_path, "import time; time.sleep(60)\n")

@@ -42,6 +42,14 @@ DRIVER_VERSION = "1"  # the driver's output layout (run.properties driver_versio
 CACHE_ENV = "WHATIF_OPENDC_CACHE"
 DEFAULT_CACHE = Path("~/.cache/whatif-bench/opendc-driver")
 MIN_JAVA = 8  # the driver's bytecode targets Java 8, as OpenDC 2.0's did
+# Both JVMs this module starts are short-lived (Maven's build: about 10 s; a 30-day driver run:
+# about 2 s), so they stop at the first JIT tier and collect garbage in one thread: the optimising
+# compiler's and the parallel collector's threads cost more CPU than they save in runs this short.
+# Measured on this two-core machine, idle: the build 28 -> 15 CPU s (15 -> 10.5 s wall), a 30-day
+# run 2.8 -> 1.3 CPU s. The jar's classes and the runs' outputs came out the same to the byte
+# (2- and 30-day runs; tests/test_opendc_library.py rebuilds the shipped baselines). Options a
+# user sets in MAVEN_OPTS come after these, so theirs win.
+SHORT_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 HOW_TO_GET_JVM = (
     "the OpenDC 2.0 backend needs a JDK (java, version 8 or newer) and Maven (mvn) on PATH, "
     "e.g. Debian's openjdk-17-jdk-headless and maven packages"
@@ -222,12 +230,20 @@ def _build(
         if local_repository is not None:
             command.insert(-1, f"-Dmaven.repo.local={Path(local_repository).resolve()}")
         say(
-            "building the OpenDC 2.0 driver with Maven (first use only; about 15 s, longer "
+            "building the OpenDC 2.0 driver with Maven (first use only; about 10 s, longer "
             f"while Maven fetches its plugins) into {jar.parent}"
         )
+        user_options = os.environ.get("MAVEN_OPTS", "")
+        env = {**os.environ, "MAVEN_OPTS": " ".join([*SHORT_JVM_OPTIONS, user_options]).strip()}
         try:
             result = subprocess.run(
-                command, cwd=work, capture_output=True, text=True, timeout=1800, check=False
+                command,
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                check=False,
             )
         except subprocess.TimeoutExpired:
             raise SimulatorError("the OpenDC driver's Maven build took over 30 min") from None
@@ -331,6 +347,7 @@ def run_driver(
     """
     command = [
         toolchain.java,
+        *SHORT_JVM_OPTIONS,
         "-jar",
         str(jar),
         "--input",

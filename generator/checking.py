@@ -18,7 +18,10 @@ beyond its history's range for every covariate (``generator/novel_range.py``). P
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -147,15 +150,17 @@ class _DataScan:
     (each value is decompressed once): ``check`` each pair's stored values, then ``finish``
     scans what no pair covered (values between pairs' arrays, in a damaged file)."""
 
-    def __init__(self, report: VerifyReport) -> None:
+    def __init__(self, report: VerifyReport, positions: dict[int, str] | None = None) -> None:
         self.report = report
         self.covered: dict[str, list[tuple[int, int]]] = {name: [] for name in DATA_DATASETS}
         self.reported: set[str] = set()
+        self.positions = positions if positions is not None else {}  # of its reports, by name
 
     def check(self, name: str, offset: int, values: np.ndarray) -> None:
         self.covered[name].append((offset, offset + values.size))
         if name not in self.reported and not np.isfinite(values).all():
             end = offset + values.size
+            self.positions[len(self.report.problems)] = name
             _non_finite(
                 self.report,
                 f"data/{name}",
@@ -305,6 +310,13 @@ def _ratio_problems(pair_id: str, row: dict, stored_ratios, rebuilt) -> list[str
     return problems
 
 
+# A process of its own checks at least this many pairs: starting one (imports, numba, the
+# registry, the corpus's index) costs about as much as checking that many in the process that
+# runs verify, so small corpora are checked in that process whatever --jobs says.
+MIN_PAIRS_PER_PROCESS = 2000
+BATCHES_PER_PROCESS = 4  # the pairs go to the processes in this many batches each, in order
+
+
 def verify_corpus(
     path,
     progress: bool = True,
@@ -312,6 +324,7 @@ def verify_corpus(
     baselines_path=None,
     forms=(),
     reference: bool = False,
+    jobs: int | None = 1,
 ) -> VerifyReport:
     """Check the corpus at ``path`` (see the module doc); ``baselines_path``: a baselines file
     to compare the embedded series with (default: the shipped one).
@@ -322,35 +335,60 @@ def verify_corpus(
     bit, several times slower). A target the kernels cannot rebuild (a damaged baseline, say)
     is checked pair by pair the reference way, so each pair's problem is named.
 
+    ``jobs`` processes check the pairs (None: one per core), each a batch of whole targets
+    at a time, never more than one per ``MIN_PAIRS_PER_PROCESS`` pairs; the report is the one
+    a single process makes, problem for problem (``_replay``).
+
     A corpus built with user spec files is checked against the spec texts it records; one
     built with forms modules needs them in ``forms`` (each hashing to the recorded module, in
     the recorded order; ``provenance.corpus_source``), else a ``CorpusError`` says why."""
     from whatif_bench.corpus import corpus_registry
     from whatif_bench.simulators.store import shipped_baselines_path
+    from whatif_bench.workers import default_jobs
 
     report = VerifyReport()
     given = read_baselines(baselines_path or shipped_baselines_path())
     with Corpus(path) as corpus:
         registry, source = corpus_registry(corpus, forms)
+        processes = max(
+            1,
+            min(
+                default_jobs() if jobs is None else jobs, len(corpus.pairs) // MIN_PAIRS_PER_PROCESS
+            ),
+        )
         # a damaged file can fail anywhere h5py reads: one CorpusError naming the file
         corpus._read(
             "its contents",
             lambda: _verify(
-                corpus, given, report, progress, limit_problems, registry, source, reference
+                corpus,
+                given,
+                report,
+                _Checks(progress, limit_problems, reference, processes, tuple(forms)),
+                registry,
+                source,
             ),
         )
     return report
+
+
+@dataclass(frozen=True)
+class _Checks:
+    """How ``_verify`` runs: its progress bar, problem limit, rebuild path and processes."""
+
+    progress: bool
+    limit_problems: int
+    reference: bool
+    processes: int
+    forms: tuple
 
 
 def _verify(
     corpus: Corpus,
     given,
     report: VerifyReport,
-    progress: bool,
-    limit_problems: int,
+    checks: _Checks,
     registry,
     source: RegistrySource,
-    reference: bool = False,
 ) -> None:
     """The checks of ``verify_corpus`` on an open corpus; problems go to ``report``."""
     from tqdm import tqdm
@@ -362,128 +400,278 @@ def _verify(
             f"relationship registry here hashes to {expected_hash!r} (another toolkit "
             "version or edited spec files; the pairs were rebuilt with this registry)"
         )
-    seed = int(corpus.attrs["master_seed"])
     _check_counts(corpus, registry, report)
     _check_config(corpus, report)
     _check_finite(
         corpus, report, ["events/factors", *(f"futures/{name}" for name in REQUIRED["futures"])]
     )
-    data_scan = _DataScan(report)  # the task arrays' finiteness, on the pairs' reads
     _check_baselines(corpus, registry, given, report)
-    h5 = corpus._h5
-    sizes = {
-        name: h5[name].shape[0]
-        for name in (
-            "events/start",
-            "events/direction",
-            "events/ratio",
-            "events/factors",
-            "futures/replay_factors",
-            "futures/novel_factors",
-            *(f"data/{n}" for n in DATA_DATASETS),
+    batches = _batches(corpus, checks.processes)
+    logs: Iterable[_RowLog]
+    if checks.processes == 1:
+        context = _RowContext.of(corpus, registry, checks)
+        logs = (_check_rows(context, batch) for batch in batches)
+    else:
+        from whatif_bench.cluster import WorkPool
+
+        calls = ((str(corpus.path), checks, batch) for batch in batches)
+        logs = WorkPool(checks.processes).ordered(_check_rows_in_worker, calls)
+    data_scan = _DataScan(report)  # the task arrays' finiteness, on the pairs' reads
+    bar = tqdm(
+        total=len(corpus.pairs),
+        desc="verifying",
+        unit="pair",
+        disable=not checks.progress,
+    )
+    try:
+        for log in logs:
+            if not _replay(log, report, data_scan, checks.limit_problems, bar):
+                return
+    finally:
+        bar.close()
+        with warnings.catch_warnings():  # joblib's, for the batches a stop leaves unread
+            warnings.filterwarnings("ignore", "[0-9]+ tasks which were still being processed")
+            close = getattr(logs, "close", None)
+            if close is not None:
+                close()
+    data_scan.finish(corpus)
+
+
+def _batches(corpus: Corpus, processes: int) -> list[list[int]]:
+    """The index's row positions in file order, cut into batches of whole runs of one target
+    (one batch in all for one process; else ``BATCHES_PER_PROCESS`` per process, of about as
+    many pairs each)."""
+    keys = list(zip(corpus.pairs["simulator"], corpus.pairs["target"], strict=True))
+    if processes == 1 or not keys:
+        return [list(range(len(keys)))]
+    goal = len(keys) / (processes * BATCHES_PER_PROCESS)
+    batches: list[list[int]] = [[]]
+    for position, key in enumerate(keys):
+        run_starts = position == 0 or key != keys[position - 1]
+        if run_starts and len(batches[-1]) >= goal:
+            batches.append([])
+        batches[-1].append(position)
+    return batches
+
+
+@dataclass
+class _RowLog:
+    """What checking a batch of rows found, in the order found: ``problems``, with
+    ``row_ends[i]`` problems up to the end of its i-th row; ``scans`` the positions in
+    ``problems`` of non-finite reports of the task arrays (dataset name by position), which a
+    single pass would not repeat for a dataset another batch reported first; ``covered`` the
+    task arrays' spans the batch read (``_DataScan``)."""
+
+    problems: list[str] = field(default_factory=list)
+    row_ends: list[int] = field(default_factory=list)
+    scans: dict[int, str] = field(default_factory=dict)
+    covered: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+
+def _replay(log: _RowLog, report: VerifyReport, scan: _DataScan, limit: int, bar) -> bool:
+    """Add one batch's rows to ``report`` as a single pass would have, row by row; False when
+    the problem limit stopped the check."""
+    begin = 0
+    for end in log.row_ends:
+        report.checked += 1
+        for position in range(begin, end):
+            name = log.scans.get(position)
+            if name is not None:
+                if name in scan.reported:
+                    continue
+                scan.reported.add(name)
+            report.problems.append(log.problems[position])
+        begin = end
+        bar.update()
+        if len(report.problems) >= limit:
+            report.problems.append(f"stopped after {limit} problems")
+            return False
+    for name, spans in log.covered.items():
+        scan.covered[name].extend(spans)
+    return True
+
+
+@dataclass
+class _RowContext:
+    """What checking rows needs, read once per process."""
+
+    corpus: Corpus
+    registry: Any
+    checks: _Checks
+    seed: int
+    sizes: dict[str, int]
+    event_ratios: np.ndarray
+    target_rows: dict
+
+    @classmethod
+    def of(cls, corpus: Corpus, registry, checks: _Checks) -> _RowContext:
+        h5 = corpus._h5
+        sizes = {
+            name: h5[name].shape[0]
+            for name in (
+                "events/start",
+                "events/direction",
+                "events/ratio",
+                "events/factors",
+                "futures/replay_factors",
+                "futures/novel_factors",
+                *(f"data/{n}" for n in DATA_DATASETS),
+            )
+        }
+        sizes["events/start"] = min(
+            sizes.pop(n) for n in ("events/start", "events/direction", "events/ratio")
         )
-    }
-    sizes["events/start"] = min(
-        sizes.pop(n) for n in ("events/start", "events/direction", "events/ratio")
-    )
-    sizes["futures/replay_factors"] = min(
-        sizes.pop(n) for n in ("futures/replay_factors", "futures/novel_factors")
-    )
-    event_ratios = h5["events/ratio"][()]
+        sizes["futures/replay_factors"] = min(
+            sizes.pop(n) for n in ("futures/replay_factors", "futures/novel_factors")
+        )
+        return cls(
+            corpus,
+            registry,
+            checks,
+            int(corpus.attrs["master_seed"]),
+            sizes,
+            h5["events/ratio"][()],
+            corpus.pairs.groupby(["simulator", "target"], sort=False).indices,
+        )
+
+
+_WORKER_CONTEXTS: dict[tuple, _RowContext] = {}  # a worker process's open corpus, by file
+
+
+def _check_rows_in_worker(path: str, checks: _Checks, positions: list[int]) -> _RowLog:
+    """``_check_rows`` in a worker process, on the corpus at ``path`` (opened once per
+    process and file version; its registry loaded with the same forms)."""
+    import os
+
+    from whatif_bench.corpus import corpus_registry
+
+    status = os.stat(path)
+    key = (path, status.st_mtime_ns, status.st_size, checks)
+    if key not in _WORKER_CONTEXTS:
+        for context in _WORKER_CONTEXTS.values():
+            context.corpus.close()
+        _WORKER_CONTEXTS.clear()
+        corpus = Corpus(path)
+        registry, _ = corpus_registry(corpus, checks.forms)
+        _WORKER_CONTEXTS[key] = corpus._read(
+            "its contents", lambda: _RowContext.of(corpus, registry, checks)
+        )
+    context = _WORKER_CONTEXTS[key]
+    return context.corpus._read("its contents", lambda: _check_rows(context, positions))
+
+
+def _check_rows(context: _RowContext, positions: list[int]) -> _RowLog:
+    """The per-pair checks of the index rows at ``positions`` (whole runs of one target, in
+    file order), logged for ``_replay``. A batch stops once its own pair problems reach the
+    limit: the report, which keeps every one of them, stops there too."""
+    corpus, registry, seed, sizes = context.corpus, context.registry, context.seed, context.sizes
+    reference, limit = context.checks.reference, context.checks.limit_problems
+    log = _RowLog()
+    local = VerifyReport(problems=log.problems)
+    data_scan = _DataScan(local, log.scans)
     baselines = {}
     expected: dict[str, PairResult] = {}  # the current target's pairs, drawn and rebuilt
     expected_target = None
     stored_arrays: dict[tuple[str, str], np.ndarray] = {}  # its kept pairs' stored arrays
-    target_rows = corpus.pairs.groupby(["simulator", "target"], sort=False).indices
     rows = corpus.pairs
-    for row in tqdm(
-        rows.itertuples(index=False),
-        total=len(rows),
-        desc="verifying",
-        unit="pair",
-        disable=not progress,
-    ):
+    for row in rows.iloc[positions].itertuples(index=False):
         row = row._asdict()
-        report.checked += 1
+        log.row_ends.append(len(log.problems))  # replaced below, once the row's checks ran
         pair_id = row["pair_id"]
         where = _offsets_problem(row, sizes)
         if where is not None:
-            report.problems.append(f"{pair_id}: {where}")
-            continue
-        try:
-            relationship = registry.get(row["simulator"], row["target"])
-            key = (row["simulator"], row["target"])
-            if key not in baselines:
-                baselines[key] = corpus.baseline(*key)
-            if key != expected_target:
-                expected_target = key
-                if not reference:
-                    expected = _target_pairs(relationship, baselines[key], seed)
-                stored_arrays = _stored_arrays(
-                    corpus, rows.iloc[target_rows[key]], sizes, data_scan
-                )
-            stored = corpus.recipe(row)
-            if pair_id != stored.key.pair_id:
-                report.problems.append(
-                    f"{pair_id}: the pair id does not match its axes ({stored.key.pair_id})"
-                )
-                continue
-            rebuilt = expected.get(pair_id)
-            if rebuilt is not None:
-                drawn = rebuilt.recipe
-            else:
-                context, prediction = contexts(relationship.c4)[row["c_label"]]
-                drawn = draw_recipe(
-                    stored.key, relationship, context, prediction, baselines[key].size, seed
-                )
-            if not _same_recipe(stored, drawn):
-                report.problems.append(
-                    f"{pair_id}: stored recipe differs from the one the seed draws"
-                )
-                continue
-            if rebuilt is None:
-                rebuilt = build_pair(stored, relationship, baselines[key])
-            e0 = int(row["event_offset"])
-            report.problems.extend(
-                _ratio_problems(pair_id, row, event_ratios[e0 : e0 + int(row["n_events"])], rebuilt)
-            )
-            if rebuilt.kept != bool(row["kept"]) or rebuilt.drop_reason != row["drop_reason"]:
-                report.problems.append(
-                    f"{pair_id}: verdict {rebuilt.drop_reason or 'kept'!r} differs from the stored "
-                    f"{row['drop_reason'] or 'kept'!r}"
-                )
-                continue
-            if rebuilt.kept:
-                if (
-                    min(rebuilt.history_ratios.min(), rebuilt.replay_ratio, rebuilt.novel_ratio)
-                    < THRESHOLD
-                ):
-                    report.problems.append(f"{pair_id}: a kept pair fails the {RULE}")
-                inside = novel_reach(stored, relationship).inside(
-                    relationship.covariate_names[: stored.key.k]
-                )
-                if inside:
-                    report.problems.append(
-                        f"{pair_id}: the Novel future does not leave the history's range for "
-                        f"{', '.join(inside)}"
+            local.problems.append(f"{pair_id}: {where}")
+        else:
+            try:
+                relationship = registry.get(row["simulator"], row["target"])
+                key = (row["simulator"], row["target"])
+                if key not in baselines:
+                    baselines[key] = corpus.baseline(*key)
+                if key != expected_target:
+                    expected_target = key
+                    if not reference:
+                        expected = _target_pairs(relationship, baselines[key], seed)
+                    stored_arrays = _stored_arrays(
+                        corpus, rows.iloc[context.target_rows[key]], sizes, data_scan
                     )
-                for name, values in rebuilt.arrays.items():
-                    stored_values = stored_arrays.get((pair_id, name))
-                    if stored_values is None or stored_values.size != values.size:
-                        offset = int(row[f"{name}_offset"])
-                        stored_values = corpus._slice(name, offset, values.size)
-                    if not np.array_equal(
-                        stored_values.view(np.uint32), values.reshape(-1).view(np.uint32)
-                    ):
-                        report.problems.append(
-                            f"{pair_id}: stored {name} differs from the rebuilt one"
-                        )
-        except (KeyError, ValueError, OSError) as exc:
-            report.problems.append(f"{pair_id}: cannot be rebuilt ({exc})")
-        if len(report.problems) >= limit_problems:
-            report.problems.append(f"stopped after {limit_problems} problems")
-            return
-    data_scan.finish(corpus)
+                _check_pair(
+                    row,
+                    corpus,
+                    relationship,
+                    baselines[key],
+                    seed,
+                    expected,
+                    stored_arrays,
+                    context.event_ratios,
+                    local,
+                )
+            except (KeyError, ValueError, OSError) as exc:
+                local.problems.append(f"{pair_id}: cannot be rebuilt ({exc})")
+        log.row_ends[-1] = len(log.problems)
+        if len(log.problems) - len(log.scans) >= limit:
+            break
+    log.covered = data_scan.covered
+    return log
+
+
+def _check_pair(
+    row: dict,
+    corpus: Corpus,
+    relationship,
+    baseline: np.ndarray,
+    seed: int,
+    expected: dict[str, PairResult],
+    stored_arrays: dict,
+    event_ratios: np.ndarray,
+    report: VerifyReport,
+) -> None:
+    """One pair's checks: its id, recipe, statistics, verdict and, if kept, the rule, the
+    Novel range and its arrays bit for bit; problems go to ``report``."""
+    pair_id = row["pair_id"]
+    stored = corpus.recipe(row)
+    if pair_id != stored.key.pair_id:
+        report.problems.append(
+            f"{pair_id}: the pair id does not match its axes ({stored.key.pair_id})"
+        )
+        return
+    rebuilt = expected.get(pair_id)
+    if rebuilt is not None:
+        drawn = rebuilt.recipe
+    else:
+        context, prediction = contexts(relationship.c4)[row["c_label"]]
+        drawn = draw_recipe(stored.key, relationship, context, prediction, baseline.size, seed)
+    if not _same_recipe(stored, drawn):
+        report.problems.append(f"{pair_id}: stored recipe differs from the one the seed draws")
+        return
+    if rebuilt is None:
+        rebuilt = build_pair(stored, relationship, baseline)
+    e0 = int(row["event_offset"])
+    report.problems.extend(
+        _ratio_problems(pair_id, row, event_ratios[e0 : e0 + int(row["n_events"])], rebuilt)
+    )
+    if rebuilt.kept != bool(row["kept"]) or rebuilt.drop_reason != row["drop_reason"]:
+        report.problems.append(
+            f"{pair_id}: verdict {rebuilt.drop_reason or 'kept'!r} differs from the stored "
+            f"{row['drop_reason'] or 'kept'!r}"
+        )
+        return
+    if not rebuilt.kept:
+        return
+    if min(rebuilt.history_ratios.min(), rebuilt.replay_ratio, rebuilt.novel_ratio) < THRESHOLD:
+        report.problems.append(f"{pair_id}: a kept pair fails the {RULE}")
+    inside = novel_reach(stored, relationship).inside(relationship.covariate_names[: stored.key.k])
+    if inside:
+        report.problems.append(
+            f"{pair_id}: the Novel future does not leave the history's range for "
+            f"{', '.join(inside)}"
+        )
+    for name, values in rebuilt.arrays.items():
+        stored_values = stored_arrays.get((pair_id, name))
+        if stored_values is None or stored_values.size != values.size:
+            offset = int(row[f"{name}_offset"])
+            stored_values = corpus._slice(name, offset, values.size)
+        if not np.array_equal(stored_values.view(np.uint32), values.reshape(-1).view(np.uint32)):
+            report.problems.append(f"{pair_id}: stored {name} differs from the rebuilt one")
 
 
 def _target_pairs(relationship, baseline: np.ndarray, seed: int) -> dict[str, PairResult]:

@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
-from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args
+from whatif_bench.cli_cluster import add_cluster_arguments, cluster_from_args, jobs_help_text
 from whatif_bench.cli_lists import add_list_option
-from whatif_bench.cli_types import seed_int
+from whatif_bench.cli_types import jobs_int, seed_int
 from whatif_bench.errors import WhatIfError
 
 
@@ -85,6 +85,15 @@ def add_arguments(subparsers) -> None:
         action="store_true",
         help="rebuild each pair with the method's one-at-a-time functions instead of the "
         "generator's kernels (the same pairs to the bit, several times slower; default: off)",
+    )
+    verify.add_argument(
+        "--jobs",
+        type=jobs_int,
+        help=jobs_help_text(
+            # checking.MIN_PAIRS_PER_PROCESS (not imported: the parser stays light)
+            "worker processes, each checking whole targets (at most one per 2,000 pairs; the "
+            "report is the same whatever the number)"
+        ),
     )
     add_forms_argument(verify, "needed for a corpus built with --forms; must be unchanged")
     verify.set_defaults(handler=_verify)
@@ -183,7 +192,11 @@ def _verify(args: argparse.Namespace) -> int:
     if args.baselines is not None:  # "" is not "the shipped one"
         refuse_empty(args.baselines, "--baselines")
     report = verify_corpus(
-        args.file, baselines_path=args.baselines, forms=args.forms, reference=args.reference
+        args.file,
+        baselines_path=args.baselines,
+        forms=args.forms,
+        reference=args.reference,
+        jobs=args.jobs,
     )
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)

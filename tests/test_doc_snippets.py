@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import tomllib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,6 +37,25 @@ from tests.doc_snippets import (
 EXPORT_ENV = ROOT / ".venv-export"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "MPLBACKEND": "Agg"}
 TIMEOUT_S = 900
+# `bash dev test` installs .venv-export in the background while phase 1 runs, and gives the
+# set-up's process id here: a block that runs in .venv-export waits for it (a half-installed
+# environment has python but not yet every package).
+EXPORT_SETUP_PID_ENV = "WHATIF_EXPORT_SETUP_PID"
+
+
+def wait_for_export_setup(timeout_s: float = 1800.0) -> None:
+    """Return once the background set-up of .venv-export (if any) has ended, or after
+    ``timeout_s``; ``bash dev test`` itself reports a set-up that failed."""
+    pid = os.environ.get(EXPORT_SETUP_PID_ENV, "")
+    deadline = time.monotonic() + timeout_s
+    while pid.isdigit() and time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return  # ended (and reaped by the shell that started it)
+        if state == "Z":  # ended, not yet reaped
+            return
+        time.sleep(1.0)
 
 
 # ---- the pages and their directives (quick) -------------------------------------------------
@@ -117,6 +137,20 @@ def test_directives_and_replacements_are_read_from_the_comment_above(tmp_path):
 # ---- running the pages (slow: real generate, evaluate, export, stream) ---------------------
 
 
+def test_export_blocks_wait_for_the_background_set_up_to_end(monkeypatch):
+    setup = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    monkeypatch.setenv(EXPORT_SETUP_PID_ENV, str(setup.pid))
+    started = time.monotonic()
+    wait_for_export_setup()
+    assert time.monotonic() - started >= 1.0
+    assert setup.wait(timeout=10) == 0
+    started = time.monotonic()
+    wait_for_export_setup()  # ended and reaped: no wait
+    monkeypatch.delenv(EXPORT_SETUP_PID_ENV)
+    wait_for_export_setup()  # no background set-up: no wait
+    assert time.monotonic() - started < 1.0
+
+
 class LocalChatServer:
     """An OpenAI-compatible chat endpoint on 127.0.0.1 that answers every prompt with text the
     toolkit cannot parse as a forecast, so every task is retried, then imputed (recorded)."""
@@ -185,6 +219,7 @@ def run_snippet(
     code = before + snippet.code_to_run()
     prefix = Path(sys.prefix)
     if snippet.has("env"):
+        wait_for_export_setup()
         if not (EXPORT_ENV / "bin" / "python").is_file():
             pytest.skip(f"{snippet.where} runs in .venv-export, which is not set up")
         prefix = EXPORT_ENV

@@ -438,13 +438,11 @@ def _verify(
 
 
 def _batches(corpus: Corpus, processes: int) -> list[list[int]]:
-    """The index's row positions in file order, cut into batches of whole runs of one target
-    (one batch in all for one process; else ``BATCHES_PER_PROCESS`` per process, of about as
-    many pairs each)."""
+    """The index's row positions in file order, cut into batches of whole runs of one target:
+    a run each in one process (the progress bar moves a target at a time); else
+    ``BATCHES_PER_PROCESS`` per process, of about as many pairs each."""
     keys = list(zip(corpus.pairs["simulator"], corpus.pairs["target"], strict=True))
-    if processes == 1 or not keys:
-        return [list(range(len(keys)))]
-    goal = len(keys) / (processes * BATCHES_PER_PROCESS)
+    goal = 1 if processes == 1 else len(keys) / (processes * BATCHES_PER_PROCESS)
     batches: list[list[int]] = [[]]
     for position, key in enumerate(keys):
         run_starts = position == 0 or key != keys[position - 1]

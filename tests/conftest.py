@@ -297,6 +297,22 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.nodeid.startswith("tests/test_quick_tier.py::"))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    # pytest keeps each test file, rewritten for its assertion messages, in __pycache__, unless
+    # writing bytecode is off (PYTHONDONTWRITEBYTECODE, set on these machines): then every
+    # process that collects (each xdist worker, each phase, each pytest a test starts) rewrote
+    # all of them again, about 4 CPU s each. The cache is written while collecting only, when
+    # little beyond the test files is imported for the first time (`bash dev test` compiles the
+    # package beforehand); the setting is the environment's again for the tests themselves.
+    writes_bytecode = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = writes_bytecode
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector):
     # a test file is imported when its module collector collects

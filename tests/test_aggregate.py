@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.lazy_modules import importorskip_lazily
 from whatif_bench.evaluation.aggregate import (
     TIE_TOLERANCE,
     leaderboard,
@@ -20,7 +21,7 @@ from whatif_bench.evaluation.aggregate import (
 )
 from whatif_bench.evaluation.metrics import score
 
-fev = pytest.importorskip("fev")
+fev = importorskip_lazily("fev")
 
 
 def fev_board(errors: pd.DataFrame, reference: str) -> pd.DataFrame:

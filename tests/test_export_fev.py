@@ -21,6 +21,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.conftest import small_corpus  # noqa: E402
+from tests.lazy_modules import importorskip_lazily  # noqa: E402
 from whatif_bench.corpus.describe import Describer  # noqa: E402
 from whatif_bench.evaluation import evaluate  # noqa: E402
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, wape, wql  # noqa: E402
@@ -30,7 +31,7 @@ from whatif_bench.generator import Corpus  # noqa: E402
 # the reports draw one skill plot, not five (tests/conftest.py): not what these tests check
 pytestmark = pytest.mark.usefixtures("one_skill_plot_in_module")
 
-fev = pytest.importorskip("fev")
+fev = importorskip_lazily("fev")
 
 TARGETS = ("epanet/pressure_10",)
 PER_GROUP = 2  # tasks per (C, K) group in the small selection scored one fev Task at a time

@@ -13,10 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-chronos2 = pytest.importorskip("chronos.chronos2")
-torch = pytest.importorskip("torch")
+from tests.conftest import run_main
+from tests.lazy_modules import importorskip_lazily
 
-from tests.conftest import run_main  # noqa: E402
+chronos2 = importorskip_lazily("chronos.chronos2")
+torch = importorskip_lazily("torch")
+
 from whatif_bench.evaluation.adapters import dict_entry, from_dict_model  # noqa: E402
 from whatif_bench.evaluation.forecasters import ModelError, TaskInput  # noqa: E402
 from whatif_bench.evaluation.foundation import foundation_model  # noqa: E402

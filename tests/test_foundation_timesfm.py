@@ -8,18 +8,18 @@ import dataclasses
 import numpy as np
 import pytest
 
-pytest.importorskip("timesfm")
-pytest.importorskip("jax")
+from tests.lazy_modules import importorskip_lazily
+from whatif_bench.evaluation.forecasters import ModelError
+from whatif_bench.evaluation.foundation import ADAPTERS, foundation_model
+from whatif_bench.evaluation.foundation.timesfm import TimesFMForecaster
+from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, score
+from whatif_bench.generator import Corpus
 
-import torch  # noqa: E402 - after the skips: timesfm brings torch
-from timesfm import configs  # noqa: E402
-from timesfm.timesfm_2p5 import timesfm_2p5_base, timesfm_2p5_torch  # noqa: E402
-
-from whatif_bench.evaluation.forecasters import ModelError  # noqa: E402
-from whatif_bench.evaluation.foundation import ADAPTERS, foundation_model  # noqa: E402
-from whatif_bench.evaluation.foundation.timesfm import TimesFMForecaster  # noqa: E402
-from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, score  # noqa: E402
-from whatif_bench.generator import Corpus  # noqa: E402
+configs = importorskip_lazily("timesfm.configs")
+timesfm_2p5_base = importorskip_lazily("timesfm.timesfm_2p5.timesfm_2p5_base")
+timesfm_2p5_torch = importorskip_lazily("timesfm.timesfm_2p5.timesfm_2p5_torch")
+importorskip_lazily("jax")
+torch = importorskip_lazily("torch")  # timesfm brings torch
 
 
 def tiny_timesfm(seed: int = 0, width: int = 16) -> timesfm_2p5_torch.TimesFM_2p5_200M_torch:
@@ -190,7 +190,7 @@ def test_an_object_of_another_library_is_a_model_error(tasks):
         TimesFMForecaster(torch.nn.Linear(2, 2)).predict(tasks[0][:1])
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.skipif("torch.cuda.is_available()", reason="needs a machine without CUDA")
 def test_a_cuda_device_without_cuda_is_a_model_error(tasks):
     with pytest.raises(ModelError, match="cannot use device 'cuda'"):
         TimesFMForecaster(tiny_timesfm(), device="cuda").predict(tasks[0][:1])

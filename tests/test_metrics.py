@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.lazy_modules import importorskip_lazily
 from whatif_bench.evaluation.metrics import QUANTILE_LEVELS, score, wape, wql
 
-fev_metrics = pytest.importorskip("fev.metrics")
+fev_metrics = importorskip_lazily("fev.metrics")
 
 
 def fev_compute(metric, y_true, point, quantiles, levels):

@@ -5,7 +5,6 @@ The stream draws from the shipped EPANET and GridLAB-D baselines given as explic
 tests/test_stream.py does); the corpus is a small one generated from the shipped baselines.
 """
 
-# ruff: noqa: E402  (the train extra is checked for before the imports that need it)
 from __future__ import annotations
 
 import itertools
@@ -20,11 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-# the train extra (in .venv); .venv-export only collects this module (its tests are not gluonts)
-torch = pytest.importorskip("torch", reason="needs the train extra (torch)")
-from torch.utils.data import DataLoader
-
 from tests.conftest import small_corpus
+from tests.lazy_modules import importorskip_lazily
 from whatif_bench.corpus.reader import CorpusError
 from whatif_bench.generator import Corpus
 from whatif_bench.stream import (
@@ -39,6 +35,10 @@ from whatif_bench.stream import (
 )
 from whatif_bench.stream.items import FUTURE_ARRAYS, HISTORY_ARRAYS, INT_FIELDS, TEXT_FIELDS
 from whatif_bench.stream.sources import benchmark_sources
+
+# the train extra (in .venv); .venv-export only collects this module (its tests are not gluonts)
+torch = importorskip_lazily("torch", reason="needs the train extra (torch)")
+torch_utils_data = importorskip_lazily("torch.utils.data", reason="needs the train extra (torch)")
 
 ARRAYS = (*HISTORY_ARRAYS, *FUTURE_ARRAYS)
 SEED = 5
@@ -84,8 +84,8 @@ def uncollate(batch: dict) -> list[dict]:
     return items
 
 
-def loader(dataset, workers: int, **kwargs) -> DataLoader:
-    return DataLoader(dataset, num_workers=workers, batch_size=None, **kwargs)
+def loader(dataset, workers: int, **kwargs) -> torch_utils_data.DataLoader:
+    return torch_utils_data.DataLoader(dataset, num_workers=workers, batch_size=None, **kwargs)
 
 
 def test_two_workers_make_every_slot_once_with_the_single_process_streams_bytes(sources, whole):
@@ -102,7 +102,9 @@ def test_two_ranks_of_two_workers_share_out_every_slot_once(sources, whole):
     seen = {}
     for rank in (0, 1):
         dataset = StreamDataset(stream, rank=rank, world_size=2)
-        batches = DataLoader(dataset, num_workers=2, batch_size=3, collate_fn=collate_tasks)
+        batches = torch_utils_data.DataLoader(
+            dataset, num_workers=2, batch_size=3, collate_fn=collate_tasks
+        )
         for batch in batches:
             for item in uncollate(batch):
                 index = item["index"]
@@ -329,7 +331,9 @@ def test_a_corpus_datasets_len_is_what_its_ranks_loader_yields_for_any_worker_co
             ids = [item["task_id"] for item in loader(dataset, workers)]
         assert len(dataset) == len(ids) == len(range(rank, len(wanted), 3))
         assert sorted(ids) == sorted(dataset.task_ids[p] for p in dataset.order()[rank::3])
-        batches = DataLoader(dataset, batch_size=7, num_workers=workers, collate_fn=collate_tasks)
+        batches = torch_utils_data.DataLoader(
+            dataset, batch_size=7, num_workers=workers, collate_fn=collate_tasks
+        )
         assert len(batches) == math.ceil(len(dataset) / 7)
         made += ids
     assert sorted(made) == sorted(wanted)  # every task once over the three ranks

@@ -38,7 +38,6 @@ from whatif_bench.stream.sources import benchmark_sources
 
 # the train extra (in .venv); .venv-export only collects this module (its tests are not gluonts)
 torch = importorskip_lazily("torch", reason="needs the train extra (torch)")
-torch_utils_data = importorskip_lazily("torch.utils.data", reason="needs the train extra (torch)")
 
 ARRAYS = (*HISTORY_ARRAYS, *FUTURE_ARRAYS)
 SEED = 5
@@ -84,8 +83,8 @@ def uncollate(batch: dict) -> list[dict]:
     return items
 
 
-def loader(dataset, workers: int, **kwargs) -> torch_utils_data.DataLoader:
-    return torch_utils_data.DataLoader(dataset, num_workers=workers, batch_size=None, **kwargs)
+def loader(dataset, workers: int, **kwargs) -> torch.utils.data.DataLoader:
+    return torch.utils.data.DataLoader(dataset, num_workers=workers, batch_size=None, **kwargs)
 
 
 def test_two_workers_make_every_slot_once_with_the_single_process_streams_bytes(sources, whole):
@@ -102,7 +101,7 @@ def test_two_ranks_of_two_workers_share_out_every_slot_once(sources, whole):
     seen = {}
     for rank in (0, 1):
         dataset = StreamDataset(stream, rank=rank, world_size=2)
-        batches = torch_utils_data.DataLoader(
+        batches = torch.utils.data.DataLoader(
             dataset, num_workers=2, batch_size=3, collate_fn=collate_tasks
         )
         for batch in batches:
@@ -331,7 +330,7 @@ def test_a_corpus_datasets_len_is_what_its_ranks_loader_yields_for_any_worker_co
             ids = [item["task_id"] for item in loader(dataset, workers)]
         assert len(dataset) == len(ids) == len(range(rank, len(wanted), 3))
         assert sorted(ids) == sorted(dataset.task_ids[p] for p in dataset.order()[rank::3])
-        batches = torch_utils_data.DataLoader(
+        batches = torch.utils.data.DataLoader(
             dataset, batch_size=7, num_workers=workers, collate_fn=collate_tasks
         )
         assert len(batches) == math.ceil(len(dataset) / 7)

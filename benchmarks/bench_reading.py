@@ -18,9 +18,10 @@ bytes with h5py from the offsets in ``/pairs`` (docs/CORPUS_FORMAT.md) and build
   memory.
 
 Each figure is the median of ``--repeats`` runs, in CPU seconds of this process and in wall
-seconds, with the ratio toolkit / reference. Every run opens the file again, so h5py's chunk
-cache starts empty; the file itself is in the page cache after the first run. Peak RSS is this
-one process's. Builds the default corpus first when no file is given.
+seconds, with the ratio toolkit / reference; the toolkit's and the reference's runs alternate.
+Every run opens the file again, so h5py's chunk cache starts empty; the file itself is in the
+page cache after the first run. Peak RSS is this one process's. Builds the default corpus first
+when no file is given.
 """
 
 from __future__ import annotations
@@ -180,18 +181,24 @@ def measure(path: Path, args: argparse.Namespace) -> dict[str, dict[str, dict[st
         f"batched ({args.batch}), {len(batched):,} tasks": (batched_toolkit, batched_reference),
     }
     results: dict[str, dict[str, dict[str, float]]] = {}
+    whos = ("toolkit", "reference")
     for mode, pair in runs.items():
-        results[mode] = {}
-        for who, run in zip(("toolkit", "reference"), pair, strict=True):
-            figures: dict[str, list[float]] = {"cpu": [], "wall": [], "median": [], "p90": []}
-            for _ in range(args.repeats):
+        figures: dict[str, dict[str, list[float]]] = {
+            who: {"cpu": [], "wall": [], "median": [], "p90": []} for who in whos
+        }
+        # the toolkit and the reference take turns, so that a drift of the machine's speed
+        # during the repeats reaches both alike
+        for _ in range(args.repeats):
+            for who, run in zip(whos, pair, strict=True):
                 cpu, wall, per_item = _timed(run)
-                figures["cpu"].append(cpu)
-                figures["wall"].append(wall)
+                figures[who]["cpu"].append(cpu)
+                figures[who]["wall"].append(wall)
                 if per_item:
-                    figures["median"].append(float(np.median(per_item)))
-                    figures["p90"].append(float(np.percentile(per_item, 90)))
-            results[mode][who] = {k: statistics.median(v) for k, v in figures.items() if v}
+                    figures[who]["median"].append(float(np.median(per_item)))
+                    figures[who]["p90"].append(float(np.percentile(per_item, 90)))
+        results[mode] = {
+            who: {k: statistics.median(v) for k, v in figures[who].items() if v} for who in whos
+        }
     return results
 
 

@@ -207,22 +207,32 @@ class Corpus:
                     raise self._damaged(f"missing dataset /{group}/{name}")
 
     def _check_targets(self, pairs: pd.DataFrame) -> None:
-        """Every target of the index has its embedded baseline and attributes."""
+        """Every target of the index has its embedded baseline and attributes.
+
+        Each simulator's group is listed once and the targets' attributes are looked up by
+        name (``h5a.exists``): opening each target's dataset object to read its ``attrs``
+        cost about 0.15 ms a target, a tenth of the default corpus's opening."""
+        import h5py
+
         baselines = self._h5["baselines"]
+        groups: dict[str, tuple[Any, set[str]]] = {}
         for simulator, target in (
             pairs[["simulator", "target"]].drop_duplicates().itertuples(index=False)
         ):
             where = f"/baselines/{simulator}"
-            if simulator not in baselines:
-                raise self._damaged(f"missing group {where}")
-            group = baselines[simulator]
-            for attr in ("interval_s", "start"):
-                if attr not in group.attrs:
-                    raise self._damaged(f"missing attribute {attr!r} of {where}")
-            if target not in group:
+            if simulator not in groups:
+                if simulator not in baselines:
+                    raise self._damaged(f"missing group {where}")
+                group = baselines[simulator]
+                for attr in ("interval_s", "start"):
+                    if attr not in group.attrs:
+                        raise self._damaged(f"missing attribute {attr!r} of {where}")
+                groups[simulator] = (group, set(group))
+            group, members = groups[simulator]
+            if target not in members:
                 raise self._damaged(f"missing dataset {where}/{target}")
             for attr in ("unit", "relationship"):
-                if attr not in group[target].attrs:
+                if not h5py.h5a.exists(group.id, attr.encode(), obj_name=target.encode()):
                     raise self._damaged(f"missing attribute {attr!r} of {where}/{target}")
 
     def _stored_futures(self) -> tuple[str, ...]:

@@ -20,6 +20,10 @@ from whatif_bench.corpus.seeds import pair_rng
 from whatif_bench.relationships.engine import Relationship
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
 
+# (column, type) of every axis that names a history, in the axis table's order: read for each
+# task a corpus reader builds
+_KEY_FIELDS = tuple((a.column, type(a.values[0])) for a in axes.table() if a.per_pair)
+
 
 @dataclass(frozen=True)
 class PairKey:
@@ -37,13 +41,12 @@ class PairKey:
         """The key of one of ``target``'s histories from its axis values keyed by column (a row
         of the corpus index will do), read and typed as the axis table says."""
         return cls(
-            target=str(target),
-            **{a.column: type(a.values[0])(values[a.column]) for a in axes.table() if a.per_pair},
+            target=str(target), **{column: kind(values[column]) for column, kind in _KEY_FIELDS}
         )
 
     def axis_values(self) -> dict[str, Any]:
         """The key's axis values keyed by column, in the axis table's order."""
-        return {a.column: getattr(self, a.column) for a in axes.table() if a.per_pair}
+        return {column: getattr(self, column) for column, _ in _KEY_FIELDS}
 
     @property
     def pair_id(self) -> str:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from whatif_bench.evaluation.errors import EvaluationError
@@ -76,9 +77,20 @@ class ChunkLayout:
     legacy_fill: Mapping[str, Any] = field(default_factory=dict)
 
     def frame(self, rows: list[dict[str, Any]]) -> pd.DataFrame:
-        """Rows (dicts with ``columns``) as a chunk's frame, with the column types."""
-        frame = pd.DataFrame(rows, columns=list(self.columns))
-        return frame.astype(dict(self.dtypes)) if self.dtypes else frame
+        """Rows (dicts with ``columns``) as a chunk's frame, with the column types.
+
+        Built column by column, each typed column made as its type: casting a frame of the
+        rows (``astype``) cost about 4 ms a chunk, more than scoring a chunk of ``naive``."""
+        return pd.DataFrame(
+            {
+                name: (
+                    np.array([row[name] for row in rows], dtype=self.dtypes[name])
+                    if name in self.dtypes
+                    else [row[name] for row in rows]
+                )
+                for name in self.columns
+            }
+        )
 
 
 class PendingChunk(NamedTuple):

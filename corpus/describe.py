@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from whatif_bench.corpus.axes import NOVEL_REACH, RESTRAINT
+from whatif_bench.corpus.task import window_start_time
 from whatif_bench.relationships.engine import EventSchedule, Relationship
 
 SCHEMA = "whatif-task-description/1"
@@ -87,7 +88,9 @@ def _event(
     event pushes the target (a history event, and the one a replay repeats), ``"novel"`` for
     a novel future."""
     window = task.context_length + task.prediction_length
-    moment = task.start + pd.Timedelta(seconds=start * task.interval_s)
+    # the time of the window's step ``start`` (``task.start`` plus ``start`` steps, made as the
+    # window's start is: pandas' Timestamp + Timedelta cost about half of a description)
+    moment = window_start_time(task.baseline_start, task.start_step + start, task.interval_s)
     entries = []
     for info, factor in zip(relationship.covariates[: task.k], factors, strict=True):
         entries.append(
@@ -245,7 +248,9 @@ def describe_task(
     if baseline_future is None:
         baseline_future = np.asarray(task.counterfactual_future, dtype=np.float64)
     lower, upper = relationship.window
-    future_start = task.start + pd.Timedelta(seconds=task.context_length * task.interval_s)
+    future_start = window_start_time(
+        task.baseline_start, task.start_step + task.context_length, task.interval_s
+    )
     return {
         "schema": SCHEMA,
         "task_id": task.task_id,

@@ -211,7 +211,7 @@ class Corpus:
 
         Each simulator's group is listed once and the targets' attributes are looked up by
         name (``h5a.exists``): opening each target's dataset object to read its ``attrs``
-        cost about 0.15 ms a target, a tenth of the default corpus's opening."""
+        cost about 0.15-0.25 ms a target, a fifth of the default corpus's opening."""
         import h5py
 
         baselines = self._h5["baselines"]

@@ -391,9 +391,17 @@ DAMAGE = {
         _delete_attr("baselines/epanet/pressure_10", "unit"),
         "missing attribute 'unit' of /baselines/epanet/pressure_10",
     ),
+    "relationship": (
+        _delete_attr("baselines/epanet/pressure_10", "relationship"),
+        "missing attribute 'relationship' of /baselines/epanet/pressure_10",
+    ),
     "interval": (
         _delete_attr("baselines/epanet", "interval_s"),
         "missing attribute 'interval_s' of /baselines/epanet",
+    ),
+    "start": (
+        _delete_attr("baselines/epanet", "start"),
+        "missing attribute 'start' of /baselines/epanet",
     ),
     "seed": (_delete_attr("", "master_seed"), "missing file attribute 'master_seed'"),
 }

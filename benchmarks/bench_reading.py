@@ -11,7 +11,7 @@ bytes with h5py from the offsets in ``/pairs`` (docs/CORPUS_FORMAT.md) and build
   covariates and target); median and 90th percentile per task;
 - sequential: ``Corpus`` iterated in its order for the first ``--sequential`` tasks, against
   the same tasks read in the same chunks as ``Corpus`` reads them (``ITER_CHUNK`` tasks: one
-  slice per dataset, cut in memory);
+  slice per dataset, cut in memory, or a slice per task where they lie far apart);
 - batched: ``corpus.task_inputs(ids)`` and ``corpus.ground_truths(ids)`` (what ``whatif
   evaluate`` reads) for the first ``--batched`` tasks in the file's order (pair by pair, as the
   arrays are stored) in batches of ``--batch``, against one slice per dataset per batch, cut in
@@ -85,12 +85,19 @@ class RawTasks:
         return [self.data[d][start : start + n] for d, (start, n) in spans.items()]
 
     def batch(self, task_ids: list[str]) -> list[list[np.ndarray]]:
-        """One slice per dataset over the batch's span, cut per task in memory."""
+        """One slice per dataset over the batch's span, cut per task in memory; a slice per
+        task where the tasks' slices cover less than half of that span (tasks far apart in
+        the file, as where Replay's tasks end and Novel's begin in a corpus's order)."""
         spans = [self.spans(*self.place(t)) for t in task_ids]
         out: list[list[np.ndarray]] = [[] for _ in task_ids]
         for name in DATASETS:
             low = min(s[name][0] for s in spans)
             high = max(s[name][0] + s[name][1] for s in spans)
+            if 2 * sum(s[name][1] for s in spans) < high - low:
+                for index, s in enumerate(spans):
+                    start, n = s[name]
+                    out[index].append(self.data[name][start : start + n])
+                continue
             block = self.data[name][low:high]
             for index, s in enumerate(spans):
                 start, n = s[name]

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from default_corpus import corpus_or_default
+from machine import cpu_seconds
 
 # name -> (h5py create_dataset keyword arguments, needs hdf5plugin)
 FILTERS: dict[str, tuple[dict, bool]] = {
@@ -65,11 +66,6 @@ def _filter_kwargs(spec: dict) -> dict:
     return dict(hdf5plugin.Zstd(clevel=options[0]))
 
 
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _one_filter(corpus: str, name: str, scratch: str, repeats: int, reads: int) -> dict:
     """Write and read the arrays under filter ``name``; medians over ``repeats``."""
     import h5py
@@ -94,19 +90,19 @@ def _one_filter(corpus: str, name: str, scratch: str, repeats: int, reads: int) 
     size = 0
     for _ in range(repeats):
         path.unlink(missing_ok=True)
-        wall, cpu = time.perf_counter(), _cpu()
+        wall, cpu = time.perf_counter(), cpu_seconds()
         with h5py.File(path, "w") as out:
             for dataset, values in arrays.items():
                 out.create_dataset(
                     dataset, data=values, chunks=(CHUNK,), track_times=False, **kwargs
                 )
-        figures["write_cpu"].append(_cpu() - cpu)
+        figures["write_cpu"].append(cpu_seconds() - cpu)
         figures["write_wall"].append(time.perf_counter() - wall)
         size = path.stat().st_size
         with h5py.File(path, "r") as back:
-            wall, cpu = time.perf_counter(), _cpu()
+            wall, cpu = time.perf_counter(), cpu_seconds()
             read = {dataset: back[dataset][:] for dataset in arrays}
-            figures["read_cpu"].append(_cpu() - cpu)
+            figures["read_cpu"].append(cpu_seconds() - cpu)
             figures["read_wall"].append(time.perf_counter() - wall)
         for dataset, values in arrays.items():  # checked outside the timed part
             if not np.array_equal(read[dataset], values):

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from machine import load_average
+from machine import cpu_seconds, load_average
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "whatif-corpus.h5"
 MODELS = ("naive", "chronos2", "timesfm")
@@ -154,11 +154,6 @@ def _build(name: str, seed: int, batch_size: int):
     return model, sum(p.numel() for p in network.parameters())
 
 
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _machine_busy_seconds() -> float | None:
     """CPU seconds every process of the machine has used so far, all cores (Linux's
     /proc/stat: user, nice, system, irq, softirq and steal), or None elsewhere."""
@@ -185,7 +180,7 @@ def _phase(args) -> dict:
     warm_up = time.perf_counter() - started
     passes, finite = [], 0
     for _ in range(args.passes):
-        cpu_before, busy_before, seconds = _cpu_seconds(), _machine_busy_seconds(), []
+        cpu_before, busy_before, seconds = cpu_seconds(), _machine_busy_seconds(), []
         started = time.perf_counter()
         for task in tasks:
             one = time.perf_counter()
@@ -194,7 +189,7 @@ def _phase(args) -> dict:
             values = forecast.point if forecast.quantiles is None else forecast.quantiles
             finite += bool(np.isfinite(values).all())
         wall = time.perf_counter() - started
-        cpu, busy = _cpu_seconds() - cpu_before, _machine_busy_seconds()
+        cpu, busy = cpu_seconds() - cpu_before, _machine_busy_seconds()
         others = None if busy is None else max(0.0, busy - busy_before - cpu)
         passes.append({"seconds": seconds, "wall": wall, "cpu": cpu, "others": others})
     return {

@@ -37,13 +37,9 @@ from pathlib import Path
 
 import numpy as np
 from default_corpus import corpus_or_default
+from machine import cpu_seconds
 
 DATASETS = ("history_target", "history_covariates", "future_target", "future_covariates")
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 class RawTasks:
@@ -110,9 +106,9 @@ class RawTasks:
 
 def _timed(run: Callable[[], list[float]]) -> tuple[float, float, list[float]]:
     """(CPU s, wall s, the per-item times ``run`` returns) of one run."""
-    cpu, wall = _cpu(), time.perf_counter()
+    cpu, wall = cpu_seconds(), time.perf_counter()
     per_item = run()
-    return _cpu() - cpu, time.perf_counter() - wall, per_item
+    return cpu_seconds() - cpu, time.perf_counter() - wall, per_item
 
 
 def _ratio(toolkit: float, reference: float) -> str:

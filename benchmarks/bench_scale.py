@@ -33,15 +33,10 @@ from pathlib import Path
 
 from bench_reading import RawTasks
 from default_corpus import corpus_or_default
-from machine import load_average
+from machine import cpu_seconds, load_average
 
 from whatif_bench.corpus import Corpus
 from whatif_bench.corpus.reader import ITER_CHUNK
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _median_cpu(runs: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
@@ -49,9 +44,9 @@ def _median_cpu(runs: dict[str, Callable[[], None]], repeats: int) -> dict[str, 
     spent: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
-            started = _cpu()
+            started = cpu_seconds()
             run()
-            spent[name].append(_cpu() - started)
+            spent[name].append(cpu_seconds() - started)
     return {name: statistics.median(values) for name, values in spent.items()}
 
 

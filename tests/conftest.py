@@ -5,18 +5,21 @@ the command line in-process (``run_main``, ``run_cli``) or as the real console s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests import quick_tier
+from tests import quick_tier, warm_cli
 from tests.marks import needs_mark
 from tests.quick_tier import NOT_QUICK, ImportLog
 
@@ -240,6 +243,80 @@ def sumo_one_day():
     from whatif_bench.simulators import sumo
 
     return sumo.run(days=1)
+
+
+# ---- a warm ``whatif`` for command lines run as typed (tests/warm_cli.py) ------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmWhatif:
+    """How to run ``whatif`` through this worker's warm server (``tests/warm_cli.py``):
+    ``argv`` for one command, ``env`` for a shell whose ``whatif`` is the warm one. Without a
+    server (it could not start) both give the real console script."""
+
+    socket: str | None
+
+    def argv(self) -> list[str]:
+        """The start of a command line: the shim (or the real script, without a server)."""
+        if self.socket is None:
+            return whatif_executable()
+        return [sys.executable, "-I", "-S", str(WARM_CLI)]
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` for a command that finds the warm server, and for ``bash``: ``whatif`` a
+        function (exported as bash reads them) that runs the shim, whatever ``PATH`` holds."""
+        if self.socket is None:
+            return dict(env)
+        shim = " ".join(f'"{part}"' for part in self.argv())
+        return {
+            **env,
+            warm_cli.SOCKET_ENV: self.socket,
+            warm_cli.REAL_ENV: whatif_executable()[0],
+            "BASH_FUNC_whatif%%": f'() {{  {shim} "$@"\n}}',
+        }
+
+
+WARM_CLI = Path(__file__).with_name("warm_cli.py")
+
+
+@pytest.fixture(scope="session")
+def warm_whatif():
+    """This worker's warm ``whatif`` server (one per session; about 1 s to start)."""
+    folder = Path(tempfile.mkdtemp(prefix="whatif-warm-"))
+    path = str(folder / "socket")
+    server = None
+    if whatif_executable()[0].endswith("whatif"):
+        server = subprocess.Popen(
+            [sys.executable, "-P", str(WARM_CLI), "serve", path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    ready = (
+        server is not None and server.stdout is not None and server.stdout.readline() == "ready\n"
+    )
+    if not ready:
+        warnings.warn(
+            "the warm whatif server did not start; commands run the real script", stacklevel=2
+        )
+    yield WarmWhatif(path if ready else None)
+    if server is not None:
+        server.kill()
+        server.wait()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_warm(warm: WarmWhatif, *args: str) -> subprocess.CompletedProcess:
+    """``run_whatif`` through the warm server: a new process that has not loaded what this
+    one has (user forms, models), for tests where that matters but the console script's own
+    start does not."""
+    return subprocess.run(
+        [*warm.argv(), *args],
+        env=warm.env(dict(os.environ)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # ---- the quick tier (docs/TESTING.md) -------------------------------------------------------

@@ -17,6 +17,7 @@ import h5py
 import pandas as pd
 import pytest
 
+from tests.conftest import WarmWhatif
 from whatif_bench.generator import Corpus
 from whatif_bench.simulators import read_baselines, shipped_baselines_path
 
@@ -53,12 +54,16 @@ def folder(tmp_path_factory) -> Path:
     return folder
 
 
-def run_walkthrough(folder: Path, title_start: str) -> None:
-    env = dict(os.environ)
+def run_walkthrough(folder: Path, title_start: str, warm: WarmWhatif) -> None:
+    """Run the section's commands in ``folder``, ``whatif`` through the warm server
+    (tests/warm_cli.py), ``python`` as this environment's."""
+    env = warm.env(dict(os.environ))
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     for command in walkthrough_commands(title_start):
         argv = shlex.split(command)
         assert argv[0] in ("whatif", "python"), f"unexpected command in the guide: {command}"
+        if argv[0] == "whatif":
+            argv = [*warm.argv(), *argv[1:]]
         result = subprocess.run(
             argv, cwd=folder, env=env, capture_output=True, text=True, timeout=600
         )
@@ -66,8 +71,8 @@ def run_walkthrough(folder: Path, title_start: str) -> None:
         assert "Traceback" not in result.stderr, (command, result.stderr)
 
 
-def test_walkthrough_1_adds_a_target_to_a_shipped_simulator(folder):
-    run_walkthrough(folder, "Walk-through 1")
+def test_walkthrough_1_adds_a_target_to_a_shipped_simulator(folder, warm_whatif):
+    run_walkthrough(folder, "Walk-through 1", warm_whatif)
     extra = read_baselines(folder / "out" / "epanet-extra.h5")["epanet"]
     shipped = read_baselines(shipped_baselines_path())["epanet"]
     # the extra series come from the same run: every shipped series is bit for bit the same
@@ -88,8 +93,8 @@ def test_walkthrough_1_adds_a_target_to_a_shipped_simulator(folder):
     assert "ridge" in board and "naive" in board
 
 
-def test_walkthrough_2_adds_a_new_source(folder):
-    run_walkthrough(folder, "Walk-through 2")
+def test_walkthrough_2_adds_a_new_source(folder, warm_whatif):
+    run_walkthrough(folder, "Walk-through 2", warm_whatif)
     net3 = read_baselines(folder / "out" / "net3.csv")["net3"]
     assert net3.interval_s == 300 and net3.n_steps == 9216
     assert net3.units == {

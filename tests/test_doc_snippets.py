@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import WarmWhatif
 from tests.doc_snippets import (
     KNOWN,
     PAGES,
@@ -212,10 +213,16 @@ def scratch_folder(folder: Path) -> Path:
 
 
 def run_snippet(
-    snippet: Snippet, folder: Path, small_corpus: Path, server_url: str, before: str = ""
+    snippet: Snippet,
+    folder: Path,
+    small_corpus: Path,
+    server_url: str,
+    before: str = "",
+    warm: WarmWhatif | None = None,
 ) -> None:
     """Run one block in ``folder`` (after ``before``, the code of the block it continues); fail
-    with its place, code and stderr if it fails."""
+    with its place, code and stderr if it fails. A ``bash`` block of the main environment runs
+    its ``whatif`` commands through ``warm`` when given (tests/warm_cli.py)."""
     code = before + snippet.code_to_run()
     prefix = Path(sys.prefix)
     if snippet.has("env"):
@@ -231,6 +238,8 @@ def run_snippet(
     env.pop("VIRTUAL_ENV", None)
     if snippet.language == "bash":
         argv = ["bash", "-e", "-o", "pipefail", "-c", code]
+        if warm is not None and prefix == Path(sys.prefix):
+            env = warm.env(env)
     else:
         argv = [str(python), "-c", code]
     try:
@@ -249,7 +258,9 @@ def run_snippet(
         )
 
 
-def run_page(page: Path, tmp_path: Path, small_corpus: Path, server_url: str) -> None:
+def run_page(
+    page: Path, tmp_path: Path, small_corpus: Path, server_url: str, warm: WarmWhatif
+) -> None:
     folder = scratch_folder(tmp_path / "page")
     ran = 0
     python_so_far = ""  # the code of the page's last python block, and of those it continues
@@ -262,7 +273,7 @@ def run_page(page: Path, tmp_path: Path, small_corpus: Path, server_url: str) ->
                 f"{snippet.where}: 'continues' needs a python block before it on the page"
             )
             before = python_so_far
-        run_snippet(snippet, folder, small_corpus, server_url, before)
+        run_snippet(snippet, folder, small_corpus, server_url, before, warm)
         if snippet.language == "python":
             python_so_far = before + snippet.code_to_run()
         ran += 1
@@ -281,8 +292,10 @@ def _pages_to_run() -> list[Path]:
 
 def _page_test(page: Path):
     @pytest.mark.slow
-    def test_the_pages_blocks_run_as_written(self, tmp_path, two_target_corpus, chat_server):
-        run_page(page, tmp_path, two_target_corpus, chat_server.url)
+    def test_the_pages_blocks_run_as_written(
+        self, tmp_path, two_target_corpus, chat_server, warm_whatif
+    ):
+        run_page(page, tmp_path, two_target_corpus, chat_server.url, warm_whatif)
 
     return test_the_pages_blocks_run_as_written
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_cli, run_whatif, run_whatif_drawing_one_skill_plot
+from tests.conftest import run_cli, run_warm, run_whatif_drawing_one_skill_plot
 from whatif_bench.generator import GenerationConfig
 from whatif_bench.generator.types import GenerationError
 from whatif_bench.relationships.source import RegistrySource
@@ -92,11 +92,11 @@ def generate_args(inputs, out: Path, jobs: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def corpus(inputs):
+def corpus(inputs, warm_whatif):
     """The corpus, made by ``whatif`` in a new process: the one that loads the user forms from
     nothing (numba compiles them in each new process, about 5 s)."""
     out = inputs["folder"] / "c.h5"
-    result = run_whatif(*generate_args(inputs, out, jobs=2))
+    result = run_warm(warm_whatif, *generate_args(inputs, out, jobs=2))
     assert result.returncode == 0, result.stderr
     return out
 
@@ -163,31 +163,41 @@ def test_verify_rebuilds_every_pair_given_the_forms(corpus, inputs):
 
 
 @pytest.mark.slow
-def test_verify_and_show_refuse_without_the_forms_or_with_changed_ones(corpus, inputs):
-    clean_failure(run_whatif("verify", str(corpus)), "pass them with --forms")
+def test_verify_and_show_refuse_without_the_forms_or_with_changed_ones(corpus, inputs, warm_whatif):
+    clean_failure(run_warm(warm_whatif, "verify", str(corpus)), "pass them with --forms")
     changed = inputs["folder"] / "changed.py"
     changed.write_text(FORMS.read_text().replace("p[0] * (2.0", "p[0] * (2.000001"))
     clean_failure(
-        run_whatif("verify", str(corpus), "--forms", str(changed)),
+        run_warm(warm_whatif, "verify", str(corpus), "--forms", str(changed)),
         "the module changed since",
     )
     task = "sumo/speed_loop_e_0_far/K1-C1-L16-E1/replay"
-    clean_failure(run_whatif("show", task, "--corpus", str(corpus)), "pass them with --forms")
     clean_failure(
-        run_whatif("show", task, "--corpus", str(corpus), "--forms", str(changed)),
+        run_warm(warm_whatif, "show", task, "--corpus", str(corpus)), "pass them with --forms"
+    )
+    clean_failure(
+        run_warm(warm_whatif, "show", task, "--corpus", str(corpus), "--forms", str(changed)),
         "the module changed since",
     )
 
 
 @pytest.mark.slow  # about 9 s
-def test_show_and_evaluate_read_a_user_corpus(corpus, inputs, tmp_path):
+def test_show_and_evaluate_read_a_user_corpus(corpus, inputs, tmp_path, warm_whatif):
     from whatif_bench.generator import Corpus
 
     with Corpus(corpus) as opened:
         task_id = next(t for t in opened.task_ids() if "speed_loop_e_0_far" in t)
     png = tmp_path / "task.png"
-    shown = run_whatif(
-        "show", task_id, "--corpus", str(corpus), "--forms", str(FORMS), "--plot", str(png)
+    shown = run_warm(
+        warm_whatif,
+        "show",
+        task_id,
+        "--corpus",
+        str(corpus),
+        "--forms",
+        str(FORMS),
+        "--plot",
+        str(png),
     )
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith(task_id) and png.stat().st_size > 0
@@ -212,7 +222,9 @@ def test_show_and_evaluate_read_a_user_corpus(corpus, inputs, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_user_corpus_is_described_given_its_forms_and_exports_null_descriptions(corpus, tmp_path):
+def test_a_user_corpus_is_described_given_its_forms_and_exports_null_descriptions(
+    corpus, tmp_path, warm_whatif
+):
     """``show --describe`` loads the user forms when given them; an export, which takes no
     ``--forms``, writes null descriptions rather than running code the corpus names."""
     from whatif_bench.export import export_corpus
@@ -228,7 +240,9 @@ def test_a_user_corpus_is_described_given_its_forms_and_exports_null_description
     description = json.loads(described.stdout)
     effect = description["effect"]
     assert sum(effect["contributions"].values()) == pytest.approx(effect["total"], rel=1e-9)
-    clean_failure(run_whatif("show", task_id, "--corpus", str(corpus), "--describe"), "--forms")
+    clean_failure(
+        run_warm(warm_whatif, "show", task_id, "--corpus", str(corpus), "--describe"), "--forms"
+    )
     out = export_corpus(corpus, "parquet", tmp_path / "hf", subset=0.05, progress=False)
     table = pd.read_parquet(next((out / "data").glob("*.parquet")), columns=["description"])
     assert len(table) > 0 and table["description"].isna().all()
@@ -304,7 +318,9 @@ BAD = {
 # process has loaded stay registered in it
 @pytest.mark.parametrize("case", [*BAD, "forms_import", "short_baselines"])
 @pytest.mark.one_quick  # about 5 s over all its cases
-def test_bad_input_is_one_error_naming_file_and_field_and_writes_nothing(inputs, tmp_path, case):
+def test_bad_input_is_one_error_naming_file_and_field_and_writes_nothing(
+    inputs, tmp_path, case, warm_whatif
+):
     override = tmp_path / "override.toml"
     override.write_text(BAD[case][0] if case in BAD else OVERRIDE)
     forms = tmp_path / "forms.py"
@@ -320,7 +336,8 @@ def test_bad_input_is_one_error_naming_file_and_field_and_writes_nothing(inputs,
         )
     before = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))
     out = tmp_path / "c.h5"
-    result = run_whatif(
+    result = run_warm(
+        warm_whatif,
         "generate",
         "--baselines",
         str(baselines),

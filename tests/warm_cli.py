@@ -27,12 +27,14 @@ Only the standard library is imported at the top: the shim runs as ``python -I -
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import select
 import signal
 import socket
 import sys
+from typing import Any
 
 # Variables read at import time by the modules the server preloads (or by Python's start-up):
 # a command whose environment differs from the server's in one of them runs the real script.
@@ -128,7 +130,7 @@ def shim(args: list[str]) -> None:
 
 def _import_time_variables(env: dict[str, str]) -> dict[str, str]:
     """The variables of ``env`` that this process's modules read when they were imported."""
-    prefixes = IMPORT_TIME_PREFIXES + IMPORT_TIME_NAMES
+    prefixes: tuple[str, ...] = IMPORT_TIME_PREFIXES + IMPORT_TIME_NAMES
     for module, names in IMPORT_TIME_BY_MODULE.items():
         if module in sys.modules:
             prefixes += names
@@ -168,7 +170,8 @@ def _run_command(request: dict, fds: list[int]) -> None:
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    sys.stdout.reconfigure(line_buffering=os.isatty(1))
+    if isinstance(sys.stdout, io.TextIOWrapper):  # line-buffered at a terminal, as at start-up
+        sys.stdout.reconfigure(line_buffering=os.isatty(1))
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -233,7 +236,8 @@ def serve(path: str) -> None:
     listening: dict[socket.socket, int] = {}  # the connections of callers still there -> pid
     print("ready", flush=True)
     while os.getppid() == parent:
-        ready, _, _ = select.select([listener, wake_read, *listening], [], [], 1.0)
+        watched: list[Any] = [listener, wake_read, *listening]
+        ready, _, _ = select.select(watched, [], [], 1.0)
         if wake_read in ready:
             os.read(wake_read, 4096)
         for connection in ready:

@@ -286,8 +286,11 @@ def warm_whatif():
     path = str(folder / "socket")
     server = None
     if whatif_executable()[0].endswith("whatif"):
+        # run as ``python -c`` with the folder it adds to sys.path taken out again, so the
+        # commands see sys.path and sys.flags as the console script does (-P would set a flag)
+        start = f"import runpy, sys; del sys.path[0]; runpy.run_path({str(WARM_CLI)!r}, run_name='__main__')"
         server = subprocess.Popen(
-            [sys.executable, "-P", str(WARM_CLI), "serve", path],
+            [sys.executable, "-c", start, "serve", path],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             text=True,

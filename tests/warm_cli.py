@@ -34,6 +34,7 @@ import select
 import signal
 import socket
 import sys
+import types
 from typing import Any
 
 # Variables read at import time by the modules the server preloads (or by Python's start-up):
@@ -176,6 +177,11 @@ def _run_command(request: dict, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = [request["argv0"], *request["args"]]
+    # ``__main__`` is the console script, as in its own process (worker processes started by
+    # multiprocessing or loky load the parent's main module from its path)
+    main = types.ModuleType("__main__")
+    main.__file__ = request["argv0"]
+    sys.modules["__main__"] = main
     code = 0
     try:
         from whatif_bench.cli import entry

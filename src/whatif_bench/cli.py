@@ -86,16 +86,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:
-        note = getattr(args, "interrupt_note", "nothing was written")
-        print(f"interrupted; {note}", file=sys.stderr)
-        return 130
+        return _interrupted(args)
     except BrokenPipeError:
         return 0
     except Exception as exc:
+        if ctrl_c_in_compiled_code(exc):
+            return _interrupted(args)
         if args.debug:
             raise
         print(f"error: {describe_error(exc)}", file=sys.stderr)
         return 1
+
+
+def _interrupted(args: argparse.Namespace) -> int:
+    note = getattr(args, "interrupt_note", "nothing was written")
+    print(f"interrupted; {note}", file=sys.stderr)
+    return 130
+
+
+def ctrl_c_in_compiled_code(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C that arrived while compiled code called back into Python.
+
+    Python raises ``KeyboardInterrupt`` in whatever Python code runs next; when that is a
+    callback of a numba kernel's dispatcher, the dispatcher returns with the exception still
+    set and Python reports a ``SystemError`` ("... returned a result with an exception set")
+    whose cause is the ``KeyboardInterrupt``."""
+    return isinstance(exc, SystemError) and isinstance(exc.__cause__, KeyboardInterrupt)
 
 
 def entry() -> None:

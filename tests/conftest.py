@@ -4,6 +4,7 @@ the command line in-process (``run_main``, ``run_cli``) or as the real console s
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import io
@@ -80,9 +81,11 @@ def run_whatif_drawing_one_skill_plot(*args: str) -> subprocess.CompletedProcess
     """``run_whatif`` for ``whatif evaluate`` runs whose process is the point (a model that
     crashes, exits or kills its worker must not end the run) but whose five skill plots are not
     (about 1 s of each run): the console script's ``cli.entry`` in a new process, drawing one
-    plot."""
+    plot; the process is forked from the warm server (``warm_server``)."""
+    warm = warm_server()
     return subprocess.run(
-        [sys.executable, "-P", "-c", _ONE_SKILL_PLOT_MAIN, *args],
+        [*warm.python(_ONE_SKILL_PLOT_MAIN, "-P"), *args],
+        env=warm.env(dict(os.environ)),
         capture_output=True,
         text=True,
         timeout=300,
@@ -260,7 +263,15 @@ class WarmWhatif:
         """The start of a command line: the shim (or the real script, without a server)."""
         if self.socket is None:
             return whatif_executable()
-        return [sys.executable, "-I", "-S", str(WARM_CLI)]
+        return [sys.executable, "-I", "-S", str(WARM_CLI), "whatif"]
+
+    def python(self, code: str, *options: str) -> list[str]:
+        """``python [OPTIONS] -c CODE`` in this environment's Python (OPTIONS: ``-P`` or none),
+        through the server when there is one (``sys.argv``, ``sys.path`` and ``__main__`` as
+        ``-c`` gives them)."""
+        if self.socket is None:
+            return [sys.executable, *options, "-c", code]
+        return [sys.executable, "-I", "-S", str(WARM_CLI), "python", *options, "-c", code]
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` for a command that finds the warm server, and for ``bash``: ``whatif`` a
@@ -279,34 +290,56 @@ class WarmWhatif:
 WARM_CLI = Path(__file__).with_name("warm_cli.py")
 
 
-@pytest.fixture(scope="session")
-def warm_whatif():
-    """This worker's warm ``whatif`` server (one per session; about 1 s to start)."""
+_WARM: list[WarmWhatif] = []  # this process's server, started when first asked for
+
+
+def warm_server() -> WarmWhatif:
+    """This process's warm ``whatif`` server (tests/warm_cli.py), started on the first call
+    (about 1 s) and stopped when the process ends; helpers that take no fixture use it too."""
+    if not _WARM:
+        _WARM.append(_start_warm_server())
+    return _WARM[0]
+
+
+def _start_warm_server() -> WarmWhatif:
     folder = Path(tempfile.mkdtemp(prefix="whatif-warm-"))
     path = str(folder / "socket")
     server = None
     if whatif_executable()[0].endswith("whatif"):
         # run as ``python -c`` with the folder it adds to sys.path taken out again, so the
         # commands see sys.path and sys.flags as the console script does (-P would set a flag)
-        start = f"import runpy, sys; del sys.path[0]; runpy.run_path({str(WARM_CLI)!r}, run_name='__main__')"
+        start = (
+            "import runpy, sys; del sys.path[0]; "
+            f"runpy.run_path({str(WARM_CLI)!r}, run_name='__main__')"
+        )
         server = subprocess.Popen(
             [sys.executable, "-c", start, "serve", path],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             text=True,
         )
+
+    def stop() -> None:
+        if server is not None:
+            server.kill()
+            server.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(stop)
     ready = (
         server is not None and server.stdout is not None and server.stdout.readline() == "ready\n"
     )
     if not ready:
         warnings.warn(
-            "the warm whatif server did not start; commands run the real script", stacklevel=2
+            "the warm whatif server did not start; commands run the real script", stacklevel=3
         )
-    yield WarmWhatif(path if ready else None)
-    if server is not None:
-        server.kill()
-        server.wait()
-    shutil.rmtree(folder, ignore_errors=True)
+    return WarmWhatif(path if ready else None)
+
+
+@pytest.fixture(scope="session")
+def warm_whatif() -> WarmWhatif:
+    """This worker's warm ``whatif`` server (``warm_server``)."""
+    return warm_server()
 
 
 def run_warm(warm: WarmWhatif, *args: str) -> subprocess.CompletedProcess:

@@ -2,9 +2,11 @@
 block may ask for small inputs, another environment, or say why it is not run here).
 
 Each page's runnable blocks run in order, as new processes (``bash -e -o pipefail`` or the
-environment's ``python``), in one scratch folder holding copies of ``examples/`` and the shipped
-baselines at ``simulators/data/baselines.h5``, with ``.venv`` linked to this environment. A block
-fails its page's test with its place (page and line), its code and the end of its stderr.
+environment's ``python``; in the main environment a ``python`` block, and a ``bash`` block's
+``whatif``, are forked from the warm server, tests/warm_cli.py), in one scratch folder holding
+copies of ``examples/`` and the shipped baselines at ``simulators/data/baselines.h5``, with
+``.venv`` linked to this environment. A block fails its page's test with its place (page and
+line), its code and the end of its stderr.
 """
 
 from __future__ import annotations
@@ -221,8 +223,9 @@ def run_snippet(
     warm: WarmWhatif | None = None,
 ) -> None:
     """Run one block in ``folder`` (after ``before``, the code of the block it continues); fail
-    with its place, code and stderr if it fails. A ``bash`` block of the main environment runs
-    its ``whatif`` commands through ``warm`` when given (tests/warm_cli.py)."""
+    with its place, code and stderr if it fails. A block of the main environment runs through
+    ``warm`` when given (tests/warm_cli.py): a ``python`` block as ``python -c``, a ``bash``
+    block's ``whatif`` commands."""
     code = before + snippet.code_to_run()
     prefix = Path(sys.prefix)
     if snippet.has("env"):
@@ -236,12 +239,15 @@ def run_snippet(
     env = {**os.environ, **OFFLINE, "WHATIF_TEST_LLM_URL": server_url}
     env["PATH"] = f"{prefix / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.pop("VIRTUAL_ENV", None)
+    warmed = warm is not None and prefix == Path(sys.prefix)
     if snippet.language == "bash":
         argv = ["bash", "-e", "-o", "pipefail", "-c", code]
-        if warm is not None and prefix == Path(sys.prefix):
-            env = warm.env(env)
+    elif warmed and warm is not None:
+        argv = warm.python(code)
     else:
         argv = [str(python), "-c", code]
+    if warmed and warm is not None:
+        env = warm.env(env)
     try:
         result = subprocess.run(
             argv, cwd=folder, env=env, capture_output=True, text=True, timeout=TIMEOUT_S

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests import warm_cli
-from tests.conftest import ONE_TARGET, run_warm, run_whatif
+from tests.conftest import ONE_TARGET, run_warm, run_whatif, whatif_executable
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,40 @@ def test_a_command_ends_as_the_real_script_does(
     )
 
 
+PYTHON_CODE = """
+import os, sys
+import helper  # from the current folder, first on the path unless -P
+print(sys.argv, __name__, helper.NAME, os.getcwd() == os.path.realpath("."), flush=True)
+print("to stderr", file=sys.stderr)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.one_quick
+@pytest.mark.parametrize(("options", "status"), [((), "0"), ((), "3"), (("-P",), "0")])
+def test_python_c_ends_as_a_new_interpreter_does(warm, tmp_path, options, status):
+    (tmp_path / "helper.py").write_text("NAME = 'helper in the current folder'\n")
+    env = warm.env(dict(os.environ))
+    runs = [
+        subprocess.run(
+            [*argv, status], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        for argv in (
+            [sys.executable, *options, "-c", PYTHON_CODE],
+            warm.python(PYTHON_CODE, *options),
+        )
+    ]
+    real, warmed = ((r.returncode, r.stdout, r.stderr) for r in runs)
+    assert warmed == real
+    if options:  # -P: the current folder is not on the path
+        assert "ModuleNotFoundError: No module named 'helper'" in runs[1].stderr
+    else:
+        assert runs[1].stdout.startswith(
+            f"['-c', '{status}'] __main__ helper in the current folder"
+        )
+        assert runs[1].returncode == int(status)
+
+
 def test_a_corpus_generated_warm_has_the_bytes_of_one_generated_in_process(
     warm, one_target_corpus, tmp_path
 ):
@@ -75,10 +109,10 @@ def test_bash_finds_the_warm_command_even_after_activating_the_environment(warm,
 def _ask(warm, env: dict[str, str]) -> bytes:
     """The server's first reply to a request for ``whatif --version`` with ``env``."""
     request = {
-        "args": ["--version"],
+        "program": "whatif",
+        "argv": [whatif_executable()[0], "--version"],
         "cwd": os.getcwd(),
         "env": env,
-        "argv0": "whatif",
         "sigint_ignored": False,
     }
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as connection:

@@ -1,28 +1,32 @@
-"""A warm ``whatif`` for the tests that run command lines as a user types them (the code blocks
-of the README and docs/, the authoring walk-throughs).
+"""A warm ``whatif`` (and ``python -c``) for the tests that run command lines and code as a
+user types them: the code blocks of the README and docs/, the authoring walk-throughs, and
+evaluations whose point is what happens in their worker processes.
 
-Every ``whatif`` process spends about 1.5 CPU s before its command starts: 0.7-1.1 s importing
-numpy, pandas, h5py, numba and the package, and about 0.5 s while numba sets up its compiler on
-the first kernel it loads. Those tests run about 60 commands. Here one server process per test
-worker does that once and forks a child for each command; the child takes the caller's standard
-input, output and error (passed over a Unix socket), working folder, environment and arguments,
-runs the console script's own ``cli.entry``, and its exit status (or the signal that ended it)
-becomes the caller's. A command started through ``shim`` is a new process either way: its own
-process id and process group, its own worker processes, and nothing it changes reaches the
-server or the next command.
+Every ``whatif`` process spends 0.7-1.1 CPU s importing numpy, pandas, h5py, numba and the
+package before its command starts, and 0.2-0.5 s more while numba sets up its compiler for the
+first kernel it loads; the suite runs well over a hundred such processes. Here one server
+process per test worker does that once and forks a child for each command; the child takes the
+caller's standard input, output and error (passed over a Unix socket), working folder,
+environment and arguments, runs the console script's own ``cli.entry`` (or the ``-c`` code in
+a new ``__main__``), and its exit status, or the signal that ended it, becomes the caller's. A
+command started through ``shim`` is a new process either way: its own process id and process
+group, its own worker processes, and nothing it changes reaches the server or the next command.
+A signal the caller receives is sent on to the command's process group; a caller that is
+killed takes its command with it.
 
-The child is not a new interpreter, so a command falls back to the real console script when
-the difference could show:
+The child is not a new interpreter, so a command runs for real (``os.execv``) when the
+difference could show:
 
 - an environment variable read when a preloaded module is imported (numba's ``NUMBA_*``,
-  HDF5's, the BLAS libraries' thread counts, locale, ...) differs from the server's;
-- the server is not there (not started, gone) or cannot pass a standard stream (a closed one).
+  HDF5's, the BLAS libraries' thread counts, the locale, ...) differs from the server's;
+- ``python -c`` of another environment's Python;
+- the server is not there (not started, gone) or cannot be given a standard stream.
 
-The tests whose point is the process itself (signals, worker deaths, the console script's
-start) run the real ``whatif`` (``tests/conftest.py``'s ``run_whatif``), never this one.
+Tests whose point is the console script's own process (its start, the processes a signal or
+a kill reaches) run the real ``whatif`` (``tests/conftest.py``'s ``run_whatif``).
 
-Only the standard library is imported at the top: the shim runs as ``python -I -S`` (about
-15 ms), and the server imports the heavy modules itself.
+Only the standard library is imported at the top: the shim runs as ``python -I -S`` (tens of
+milliseconds), and the server imports the heavy modules itself.
 """
 
 from __future__ import annotations
@@ -89,25 +93,35 @@ MESSAGE_BYTES = 1 << 20  # a request: arguments, folder and environment, as JSON
 # ---- the shim: what the caller runs as ``whatif`` --------------------------------------------
 
 
-def shim(args: list[str]) -> None:
-    """Have the server run ``whatif ARGS`` with this process's standard streams, folder and
-    environment, and end as the command ended; or run the real script (``REAL_ENV``)."""
-    real = os.environ[REAL_ENV]
+def shim(argv: list[str]) -> None:
+    """Have the server run ``argv`` (``whatif ARGS``, or ``python -c CODE ARGS`` in this
+    environment's Python) with this process's standard streams, folder and environment, and end
+    as it ended; or run it for real (``whatif`` is ``REAL_ENV``'s script)."""
+    options = argv[1:2] if argv[1:2] == ["-P"] else []  # python's options: -P alone
+    code_at = 2 + len(options)  # where python's -c CODE puts the code
+    if argv[:1] == ["whatif"]:
+        real = [os.environ[REAL_ENV], *argv[1:]]
+    elif argv[:1] == ["python"] and argv[code_at - 1 : code_at] == ["-c"] and len(argv) > code_at:
+        real = [sys.executable, *argv[1:]]
+    else:
+        raise SystemExit(
+            "usage: warm_cli.py whatif ARGS... | python [-P] -c CODE ARGS... | serve SOCKET"
+        )
     # a command started with SIGINT ignored (a shell's background job) keeps it ignored
     sigint_ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     try:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         connection.connect(os.environ[SOCKET_ENV])
         request = {
-            "args": args,
+            "program": argv[0],
+            "argv": real,
             "cwd": os.getcwd(),
             "env": dict(os.environ),
-            "argv0": real,
             "sigint_ignored": sigint_ignored,
         }
         socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2])
     except (OSError, KeyError):
-        os.execv(real, [real, *args])
+        os.execv(real[0], real)
 
     def forward(signum: int, _frame: object) -> None:
         connection.send(f"kill {signum}".encode())
@@ -118,7 +132,7 @@ def shim(args: list[str]) -> None:
     reply = connection.recv(64).decode()
     if reply in ("", "fallback"):  # "" only if the server died
         connection.close()
-        os.execv(real, [real, *args])
+        os.execv(real[0], real)
     kind, number = reply.split()
     if kind == "signal":
         signal.signal(int(number), signal.SIG_DFL)
@@ -176,27 +190,34 @@ def _run_command(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.argv = [request["argv0"], *request["args"]]
-    # ``__main__`` is the console script, as in its own process (worker processes started by
-    # multiprocessing or loky load the parent's main module from its path)
+    # a new ``__main__``: the console script's (worker processes started by multiprocessing or
+    # loky load the parent's main module from its path), or ``python -c``'s (no file)
     main = types.ModuleType("__main__")
-    main.__file__ = request["argv0"]
     sys.modules["__main__"] = main
-    code = 0
+    argv = request["argv"]
+    code, ended_by = 0, 0  # exit status; or the signal the command ends by
     try:
-        from whatif_bench.cli import entry
+        if request["program"] == "whatif":
+            sys.argv = argv
+            main.__file__ = argv[0]
+            from whatif_bench.cli import entry
 
-        entry()
+            entry()
+        else:  # python [-P] -c CODE ARGS: without -P the current folder first on the path
+            at = argv.index("-c")
+            sys.argv = ["-c", *argv[at + 2 :]]
+            if "-P" not in argv[1:at]:
+                sys.path.insert(0, "")
+            exec(compile(argv[at + 1], "<string>", "exec"), main.__dict__)
     except SystemExit as exc:
         code = _exit_code(exc)
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        code = 1
+    except BaseException as exc:  # as Python reports it: its traceback without this file's frames
+        trace = exc.__traceback__
+        while trace is not None and trace.tb_frame.f_code.co_filename == __file__:
+            trace = trace.tb_next
+        sys.excepthook(type(exc), exc.with_traceback(trace), trace)  # it prints exc's own
+        # an uncaught Ctrl-C ends Python by SIGINT, anything else with status 1
+        code, ended_by = 1, signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 0
     # what the interpreter does on its way out: wait for threads, run atexit, flush
     try:
         import atexit
@@ -210,6 +231,9 @@ def _run_command(request: dict, fds: list[int]) -> None:
                 stream.flush()
             except Exception:
                 code = code or 120
+        if ended_by:
+            signal.signal(ended_by, signal.SIG_DFL)
+            os.kill(os.getpid(), ended_by)
         os._exit(code)
 
 
@@ -286,11 +310,11 @@ def _start_command(
     message, fds, _, _ = socket.recv_fds(connection, MESSAGE_BYTES, 3)
     request = json.loads(message)
     theirs = _import_time_variables(request["env"])
-    if len(fds) != 3 or theirs != own:
+    # python -c in another environment's Python cannot run here
+    other_python = request["program"] == "python" and request["argv"][0] != sys.executable
+    if len(fds) != 3 or theirs != own or other_python:
         differing = sorted(key for key in {*own, *theirs} if own.get(key) != theirs.get(key))
-        print(
-            f"warm whatif: the real script runs {request['args'][:1]}: {differing}", file=sys.stderr
-        )
+        print(f"warm whatif: {request['argv'][:2]} runs for real: {differing}", file=sys.stderr)
         for fd in fds:
             os.close(fd)
         connection.send(b"fallback")
@@ -316,7 +340,7 @@ def _start_command(
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["serve"]:
+    if sys.argv[1:2] == ["serve"] and len(sys.argv) == 3:
         serve(sys.argv[2])
     else:
         shim(sys.argv[1:])

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import io
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -251,94 +252,129 @@ def sumo_one_day():
 # ---- a warm ``whatif`` for command lines run as typed (tests/warm_cli.py) ------------------
 
 
-@dataclasses.dataclass(frozen=True)
 class WarmWhatif:
-    """How to run ``whatif`` through this worker's warm server (``tests/warm_cli.py``):
-    ``argv`` for one command, ``env`` for a shell whose ``whatif`` is the warm one. Without a
-    server (it could not start) both give the real console script."""
+    """Runs ``whatif`` and ``python -c`` in processes forked from a warm server
+    (``tests/warm_cli.py``): ``argv`` or ``python`` start the command line, ``env`` makes the
+    environment it runs with (and a ``bash`` whose ``whatif`` is the warm one).
 
-    socket: str | None
+    A server imports its modules under the environment it starts with, so there is one per set
+    of the variables read at import (``warm_cli.import_time_variables``), started for the first
+    command that has that set: the worker's own environment changes during a session
+    (distributed sets the BLAS thread counts and ``PYTHONHASHSEED`` when it starts a cluster,
+    torch ``KMP_DUPLICATE_LIB_OK``), and a test may set such a variable itself. A command whose
+    server could not start runs the real script."""
+
+    LIVE_SERVERS = 3  # at most, per process: the one used least recently is stopped first
+
+    def __init__(self) -> None:
+        # set of variables -> its server (None: it did not start), the last used last
+        self._servers: dict[tuple, _WarmServer | None] = {}
+
+    def socket(self, env: Mapping[str, str]) -> str | None:
+        """The socket of the server for ``env``'s import-time variables (started if needed),
+        or None if there is none."""
+        key = tuple(sorted(warm_cli.import_time_variables(env, every_module=True).items()))
+        known = key in self._servers
+        server = self._servers.pop(key, None)
+        if not known or (server is not None and not server.serving()):  # new, or stopped
+            server = _WarmServer.start(env)
+        self._servers[key] = server  # now the last used
+        serving = [s for s in self._servers.values() if s is not None and s.serving()]
+        for old in serving[: -self.LIVE_SERVERS]:
+            old.stop()
+        return None if server is None else server.socket
 
     def argv(self) -> list[str]:
-        """The start of a command line: the shim (or the real script, without a server)."""
-        if self.socket is None:
-            return whatif_executable()
+        """The start of a ``whatif`` command line: the shim (pass ``env`` too)."""
         return [sys.executable, "-I", "-S", str(WARM_CLI), "whatif"]
 
     def python(self, code: str, *options: str) -> list[str]:
-        """``python [OPTIONS] -c CODE`` in this environment's Python (OPTIONS: ``-P`` or none),
-        through the server when there is one (``sys.argv``, ``sys.path`` and ``__main__`` as
-        ``-c`` gives them)."""
-        if self.socket is None:
-            return [sys.executable, *options, "-c", code]
+        """``python [OPTIONS] -c CODE`` in this environment's Python (OPTIONS: ``-P`` or none)
+        through the shim (pass ``env`` too): ``sys.argv``, ``sys.path`` and ``__main__`` as
+        ``-c`` gives them."""
         return [sys.executable, "-I", "-S", str(WARM_CLI), "python", *options, "-c", code]
 
-    def env(self, env: dict[str, str]) -> dict[str, str]:
-        """``env`` for a command that finds the warm server, and for ``bash``: ``whatif`` a
-        function (exported as bash reads them) that runs the shim, whatever ``PATH`` holds."""
-        if self.socket is None:
-            return dict(env)
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` and what the shim needs: its server's socket (none: the real script runs),
+        the real script's path, and for ``bash`` a function ``whatif`` (exported as bash reads
+        them) that runs the shim, whatever ``PATH`` holds."""
         shim = " ".join(f'"{part}"' for part in self.argv())
+        socket = self.socket(env)
         return {
             **env,
-            warm_cli.SOCKET_ENV: self.socket,
+            **({warm_cli.SOCKET_ENV: socket} if socket else {}),
             warm_cli.REAL_ENV: whatif_executable()[0],
             "BASH_FUNC_whatif%%": f'() {{  {shim} "$@"\n}}',
         }
 
 
 WARM_CLI = Path(__file__).with_name("warm_cli.py")
-
-
-_WARM: list[WarmWhatif] = []  # this process's server, started when first asked for
+_WARM = WarmWhatif()  # this process's servers, each started when first needed
 
 
 def warm_server() -> WarmWhatif:
-    """This process's warm ``whatif`` server (tests/warm_cli.py), started on the first call
-    (about 1 s) and stopped when the process ends; helpers that take no fixture use it too."""
-    if not _WARM:
-        _WARM.append(_start_warm_server())
-    return _WARM[0]
+    """This process's warm servers (``WarmWhatif``); helpers that take no fixture use it."""
+    return _WARM
 
 
-def _start_warm_server() -> WarmWhatif:
-    folder = Path(tempfile.mkdtemp(prefix="whatif-warm-"))
-    path = str(folder / "socket")
-    server = None
-    if whatif_executable()[0].endswith("whatif"):
+class _WarmServer:
+    """One server process of ``tests/warm_cli.py`` and its socket."""
+
+    def __init__(self, process: subprocess.Popen, folder: Path) -> None:
+        self.process, self.folder = process, folder
+        self.socket = str(folder / "socket")
+        self.stopped = False
+        atexit.register(self.kill)
+
+    @classmethod
+    def start(cls, env: Mapping[str, str]) -> _WarmServer | None:
+        """A server started with ``env`` (about 1 s; killed when this process ends), or None
+        (with a warning) if it did not start."""
+        folder = Path(tempfile.mkdtemp(prefix="whatif-warm-"))
         # run as ``python -c`` with the folder it adds to sys.path taken out again, so the
         # commands see sys.path and sys.flags as the console script does (-P would set a flag)
         start = (
             "import runpy, sys; del sys.path[0]; "
             f"runpy.run_path({str(WARM_CLI)!r}, run_name='__main__')"
         )
-        server = subprocess.Popen(
-            [sys.executable, "-c", start, "serve", path],
+        process = subprocess.Popen(
+            [sys.executable, "-c", start, "serve", str(folder / "socket")],
+            env={key: value for key, value in env.items() if not key.startswith("BASH_FUNC_")},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             text=True,
         )
-
-    def stop() -> None:
-        if server is not None:
-            server.kill()
-            server.wait()
-        shutil.rmtree(folder, ignore_errors=True)
-
-    atexit.register(stop)
-    ready = (
-        server is not None and server.stdout is not None and server.stdout.readline() == "ready\n"
-    )
-    if not ready:
+        server = cls(process, folder)
+        assert process.stdout is not None
+        if (
+            select.select([process.stdout], [], [], 120)[0]
+            and process.stdout.readline() == "ready\n"
+        ):
+            return server
+        server.kill()
         warnings.warn(
-            "the warm whatif server did not start; commands run the real script", stacklevel=3
+            "a warm whatif server did not start; its commands run the real script", stacklevel=3
         )
-    return WarmWhatif(path if ready else None)
+        return None
+
+    def serving(self) -> bool:
+        """Whether it takes commands: neither stopped nor ended."""
+        return not self.stopped and self.process.poll() is None
+
+    def stop(self) -> None:
+        """No more commands (its socket goes at once); it ends once those running have."""
+        self.stopped = True
+        self.process.terminate()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def warm_whatif() -> WarmWhatif:
-    """This worker's warm ``whatif`` server (``warm_server``)."""
+    """This worker's warm servers (``warm_server``)."""
     return warm_server()
 
 

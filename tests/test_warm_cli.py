@@ -21,7 +21,7 @@ from tests.conftest import ONE_TARGET, run_warm, run_whatif, whatif_executable
 
 @pytest.fixture(scope="module")
 def warm(warm_whatif):
-    assert warm_whatif.socket is not None, "the warm whatif server did not start"
+    assert warm_whatif.socket(os.environ) is not None, "the warm whatif server did not start"
     return warm_whatif
 
 
@@ -99,15 +99,16 @@ def test_a_corpus_generated_warm_has_the_bytes_of_one_generated_in_process(
 def test_bash_finds_the_warm_command_even_after_activating_the_environment(warm, tmp_path):
     activate = Path(sys.prefix) / "bin" / "activate"
     script = f"source {activate}; type -t whatif; cd {tmp_path}; whatif --version"
-    env = warm.env({"PATH": "/usr/bin:/bin"})  # no whatif on this PATH
+    env = warm.env({**os.environ, "PATH": "/usr/bin:/bin"})  # no whatif on this PATH
     result = subprocess.run(["bash", "-e", "-c", script], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "function"
     assert result.stdout.splitlines()[1].startswith("whatif-bench ")
 
 
-def _ask(warm, env: dict[str, str]) -> bytes:
-    """The server's first reply to a request for ``whatif --version`` with ``env``."""
+def _ask(path: str, env: dict[str, str]) -> list[bytes]:
+    """The replies of the server at ``path`` to a request for ``whatif --version`` with
+    ``env``: ``fallback``, or ``started`` and how the command ended."""
     request = {
         "program": "whatif",
         "argv": [whatif_executable()[0], "--version"],
@@ -116,11 +117,14 @@ def _ask(warm, env: dict[str, str]) -> bytes:
         "sigint_ignored": False,
     }
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as connection:
-        connection.connect(warm.socket)
+        connection.connect(path)
         with open(os.devnull, "rb") as stdin, open(os.devnull, "wb") as out:
             fds = [stdin.fileno(), out.fileno(), out.fileno()]
             socket.send_fds(connection, [json.dumps(request).encode()], fds)
-        return connection.recv(64)
+        replies = [connection.recv(64)]
+        while replies[-1] not in (b"", b"fallback") and not replies[-1].startswith(b"exit"):
+            replies.append(connection.recv(64))
+        return replies
 
 
 @pytest.mark.one_quick
@@ -131,14 +135,27 @@ def test_a_variable_read_at_import_that_differs_sends_the_command_to_the_real_sc
     warm, variable
 ):
     env = warm.env(dict(os.environ))
-    assert _ask(warm, env) == b"exit 0"  # the same environment: run warm
+    server = env[warm_cli.SOCKET_ENV]
+    assert _ask(server, env) == [b"started", b"exit 0"]  # the same variables: run warm
     changed = {**env, variable: env.get(variable, "") + "1"}
-    assert _ask(warm, changed) == b"fallback"
+    assert _ask(server, changed) == [b"fallback"]
     # and the shim then runs the real script, with the variable
     result = subprocess.run(
         [*warm.argv(), "--version"], env=changed, capture_output=True, text=True
     )
     assert result.returncode == 0 and result.stdout.startswith("whatif-bench ")
+    # an environment made for the changed variables gets a server of its own
+    assert warm.env(changed)[warm_cli.SOCKET_ENV] not in (server, None)
+
+
+def test_a_server_imports_under_the_variables_of_its_commands(warm):
+    """A command whose environment sets a variable read at import runs forked from a server
+    started with it: numba's ``NUMBA_DISABLE_JIT``, read when numba is imported, holds."""
+    code = "import numba; print(numba.config.DISABLE_JIT)"
+    for value in ("0", "1"):
+        env = warm.env({**os.environ, "NUMBA_DISABLE_JIT": value})
+        result = subprocess.run(warm.python(code), env=env, capture_output=True, text=True)
+        assert (result.returncode, result.stdout) == (0, f"{value}\n"), result.stderr
 
 
 def test_without_a_server_the_shim_runs_the_real_script(warm, tmp_path):
@@ -168,7 +185,7 @@ def _server_processes(warm) -> int:
             line = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        count += b"serve\0" + warm.socket.encode() in line
+        count += b"serve\0" + warm.socket(os.environ).encode() in line
     return count
 
 

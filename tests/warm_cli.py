@@ -39,6 +39,7 @@ import signal
 import socket
 import sys
 import types
+from collections.abc import Mapping
 from typing import Any
 
 # Variables read at import time by the modules the server preloads (or by Python's start-up):
@@ -99,6 +100,8 @@ def shim(argv: list[str]) -> None:
     as it ended; or run it for real (``whatif`` is ``REAL_ENV``'s script)."""
     options = argv[1:2] if argv[1:2] == ["-P"] else []  # python's options: -P alone
     code_at = 2 + len(options)  # where python's -c CODE puts the code
+    if argv[:1] == ["whatif"] and REAL_ENV not in os.environ:
+        raise SystemExit(f"warm whatif: error: {REAL_ENV} does not name the real script")
     if argv[:1] == ["whatif"]:
         real = [os.environ[REAL_ENV], *argv[1:]]
     elif argv[:1] == ["python"] and argv[code_at - 1 : code_at] == ["-c"] and len(argv) > code_at:
@@ -130,9 +133,13 @@ def shim(argv: list[str]) -> None:
         if not (signum == signal.SIGINT and sigint_ignored):
             signal.signal(signum, forward)
     reply = connection.recv(64).decode()
-    if reply in ("", "fallback"):  # "" only if the server died
+    if reply in ("", "fallback"):  # not started: "" only if the server died
         connection.close()
         os.execv(real[0], real)
+    reply = connection.recv(64).decode()  # after "started": how the command ended
+    if not reply:
+        print("warm whatif: error: the server ended while the command ran", file=sys.stderr)
+        os._exit(1)
     kind, number = reply.split()
     if kind == "signal":
         signal.signal(int(number), signal.SIG_DFL)
@@ -143,11 +150,12 @@ def shim(argv: list[str]) -> None:
 # ---- the server ------------------------------------------------------------------------------
 
 
-def _import_time_variables(env: dict[str, str]) -> dict[str, str]:
-    """The variables of ``env`` that this process's modules read when they were imported."""
+def import_time_variables(env: Mapping[str, str], every_module: bool = False) -> dict[str, str]:
+    """The variables of ``env`` read when this process's modules were imported (with
+    ``every_module``, those of every module of ``IMPORT_TIME_BY_MODULE``, imported or not)."""
     prefixes: tuple[str, ...] = IMPORT_TIME_PREFIXES + IMPORT_TIME_NAMES
     for module, names in IMPORT_TIME_BY_MODULE.items():
-        if module in sys.modules:
+        if every_module or module in sys.modules:
             prefixes += names
     return {key: value for key, value in env.items() if key.startswith(prefixes)}
 
@@ -253,7 +261,7 @@ def serve(path: str) -> None:
     """Preload, then fork one child per request on the Unix socket ``path``, until the process
     that started the server ends."""
     _preload()
-    own = _import_time_variables(dict(os.environ))
+    own = import_time_variables(os.environ)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
     listener.listen(64)
@@ -261,12 +269,21 @@ def serve(path: str) -> None:
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    stopping: list[bool] = []  # SIGTERM: take no more commands, end when those running have
+
+    def stop(*_: object) -> None:
+        stopping.append(True)
+
+    signal.signal(signal.SIGTERM, stop)
     parent = os.getppid()
     callers: dict[int, socket.socket] = {}  # a running command's pid -> its caller's connection
     listening: dict[socket.socket, int] = {}  # the connections of callers still there -> pid
     print("ready", flush=True)
-    while os.getppid() == parent:
-        watched: list[Any] = [listener, wake_read, *listening]
+    while os.getppid() == parent and not (stopping and not callers):
+        if stopping and listener.fileno() != -1:  # callers that find no socket run for real
+            listener.close()
+            os.unlink(path)
+        watched: list[Any] = [wake_read, *listening, *([] if stopping else [listener])]
         ready, _, _ = select.select(watched, [], [], 1.0)
         if wake_read in ready:
             os.read(wake_read, 4096)
@@ -309,7 +326,7 @@ def _start_command(
     connection, _ = listener.accept()
     message, fds, _, _ = socket.recv_fds(connection, MESSAGE_BYTES, 3)
     request = json.loads(message)
-    theirs = _import_time_variables(request["env"])
+    theirs = import_time_variables(request["env"])
     # python -c in another environment's Python cannot run here
     other_python = request["program"] == "python" and request["argv"][0] != sys.executable
     if len(fds) != 3 or theirs != own or other_python:
@@ -330,11 +347,13 @@ def _start_command(
                 os.close(fd)
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             _run_command(request, fds)
         finally:
             os._exit(70)
     for fd in fds:
         os.close(fd)
+    connection.send(b"started")
     callers[pid] = connection
     listening[connection] = pid
 

@@ -259,10 +259,11 @@ class WarmWhatif:
 
     A server imports its modules under the environment it starts with, so there is one per set
     of the variables read at import (``warm_cli.import_time_variables``), started for the first
-    command that has that set: the worker's own environment changes during a session
-    (distributed sets the BLAS thread counts and ``PYTHONHASHSEED`` when it starts a cluster,
-    torch ``KMP_DUPLICATE_LIB_OK``), and a test may set such a variable itself. A command whose
-    server could not start runs the real script."""
+    command that has that set: the worker's own environment changes during a session (after
+    tests/test_dask.py's local clusters it holds ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``,
+    ``OPENBLAS_NUM_THREADS`` and ``PYTHONHASHSEED``; other libraries add ``KMP_*``), and a test
+    may set such a variable itself. A command whose server could not start runs the real
+    script."""
 
     LIVE_SERVERS = 3  # at most, per process: the one used least recently is stopped first
 

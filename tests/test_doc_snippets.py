@@ -239,14 +239,15 @@ def run_snippet(
     env = {**os.environ, **OFFLINE, "WHATIF_TEST_LLM_URL": server_url}
     env["PATH"] = f"{prefix / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.pop("VIRTUAL_ENV", None)
-    warmed = warm is not None and prefix == Path(sys.prefix)
+    if prefix != Path(sys.prefix):  # the warm servers are this environment's
+        warm = None
     if snippet.language == "bash":
         argv = ["bash", "-e", "-o", "pipefail", "-c", code]
-    elif warmed and warm is not None:
+    elif warm is not None:
         argv = warm.python(code)
     else:
         argv = [str(python), "-c", code]
-    if warmed and warm is not None:
+    if warm is not None:
         env = warm.env(env)
     try:
         result = subprocess.run(

@@ -179,13 +179,14 @@ def _long_stream(warm, out: Path) -> subprocess.Popen:
 
 def _server_processes(warm) -> int:
     """How many processes are the server or a command it forked (they share its command line)."""
+    needle = b"serve\0" + warm.socket(os.environ).encode()
     count = 0
     for entry in Path("/proc").iterdir():
         try:
             line = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        count += b"serve\0" + warm.socket(os.environ).encode() in line
+        count += needle in line
     return count
 
 

@@ -259,7 +259,7 @@ def _signal_command(pid: int, signum: int) -> None:
 
 def serve(path: str) -> None:
     """Preload, then fork one child per request on the Unix socket ``path``, until the process
-    that started the server ends."""
+    that started the server ends, or after SIGTERM once the commands running have ended."""
     _preload()
     own = import_time_variables(os.environ)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -331,7 +331,8 @@ def collate_tasks(
     batch["future_mask"].numpy()[...] = np.arange(horizon_max) < horizon[:, None]
     k = np.asarray(numbers["k"])
     batch["covariate_mask"].numpy()[...] = np.arange(k_max) < k[:, None]
-    table = torch.tensor([numbers[name] for name in ints], dtype=torch.int64)
+    # numpy builds the table from the lists several times faster than torch.tensor
+    table = torch.from_numpy(np.array([numbers[name] for name in ints], dtype=np.int64))
     batch.update(zip(ints, table, strict=True))
     for name in texts:
         batch[name] = [item[name] for item in items]
@@ -352,6 +353,9 @@ def _require(items: Sequence[Mapping], required: Sequence[str]) -> None:
 def _fields(items: Sequence[Mapping], names: Sequence[str]) -> list[str]:
     """The ``names`` every item has, in order; a ``StreamError`` when some items have a field
     that others lack."""
+    first = items[0].keys()
+    if all(item.keys() == first for item in items):  # the usual batch: one kind of item
+        return [name for name in names if name in first]
     missing = {name: [i for i, item in enumerate(items) if name not in item] for name in names}
     mixed = [name for name in names if 0 < len(missing[name]) < len(items)]
     if mixed:

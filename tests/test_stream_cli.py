@@ -247,29 +247,3 @@ def test_the_bar_moves_per_piece_not_per_shard(cache, tmp_path, monkeypatch):
     stream = TaskStream(3, count=30, simulators=["epanet"], cache=cache)
     write_shards(stream, tmp_path / "o", shard_size=20, progress=True)
     assert steps == [8, 8, 4, 8, 2]  # shard 0: 8 + 8 + 4; shard 1: 8 + 2
-
-
-@pytest.mark.parametrize(
-    ("cause", "code", "message"),
-    [
-        (KeyboardInterrupt(), 130, "interrupted; no shards were kept; --out is unchanged"),
-        (ValueError("a real fault"), 1, "error: unexpected SystemError: "),
-    ],
-    ids=["ctrl-c", "other-cause"],
-)
-def test_a_ctrl_c_that_compiled_code_reports_as_a_system_error_is_an_interrupt(
-    tmp_path, monkeypatch, cause, code, message
-):
-    """A Ctrl-C raised while a numba dispatcher called back into Python comes back as a
-    ``SystemError`` caused by the ``KeyboardInterrupt`` (seen under load: ``CPUDispatcher(...)
-    returned a result with an exception set``): the command says it was interrupted."""
-    from whatif_bench.stream import shards
-
-    def interrupted(*args, **kwargs):
-        raise SystemError("CPUDispatcher(f) returned a result with an exception set") from cause
-
-    monkeypatch.setattr(shards, "write_shards", interrupted)
-    result = run_cli("stream", *ARGS, "--out", str(tmp_path / "s"))
-    assert result.returncode == code
-    assert result.stderr.startswith(message), result.stderr
-    assert not (tmp_path / "s").exists()

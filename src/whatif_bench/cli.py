@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from whatif_bench._version import __version__
+from whatif_bench.ctrl_c import CtrlCWatch, ctrl_c_caused
 from whatif_bench.errors import WhatIfError
 
 
@@ -81,37 +82,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     and exits 1 (argparse's usage errors exit 2); ``--debug`` re-raises to show the traceback.
     A Ctrl-C exits 130 and says what was kept (each command sets ``interrupt_note``).
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except KeyboardInterrupt:
-        return _interrupted(args)
-    except BrokenPipeError:
-        return 0
-    except Exception as exc:
-        if ctrl_c_in_compiled_code(exc):
+    with CtrlCWatch() as ctrl_c:
+        try:
+            parser = build_parser()
+        except KeyboardInterrupt:  # while the commands' modules import
+            print("interrupted; nothing was written", file=sys.stderr)
+            return 130
+        args = parser.parse_args(argv)
+        try:
+            return int(args.handler(args) or 0)
+        except KeyboardInterrupt:
             return _interrupted(args)
-        if args.debug:
-            raise
-        print(f"error: {describe_error(exc)}", file=sys.stderr)
-        return 1
+        except BrokenPipeError:
+            return 0
+        except Exception as exc:
+            # after a Ctrl-C, a failure is how a compiled library passed the interrupt on
+            if ctrl_c.pressed or ctrl_c_caused(exc):
+                return _interrupted(args)
+            if args.debug:
+                raise
+            print(f"error: {describe_error(exc)}", file=sys.stderr)
+            return 1
 
 
 def _interrupted(args: argparse.Namespace) -> int:
     note = getattr(args, "interrupt_note", "nothing was written")
     print(f"interrupted; {note}", file=sys.stderr)
     return 130
-
-
-def ctrl_c_in_compiled_code(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Ctrl-C that arrived while compiled code called back into Python.
-
-    Python raises ``KeyboardInterrupt`` in whatever Python code runs next; when that is a
-    callback of a numba kernel's dispatcher, the dispatcher returns with the exception still
-    set and Python reports a ``SystemError`` ("... returned a result with an exception set")
-    whose cause is the ``KeyboardInterrupt``."""
-    return isinstance(exc, SystemError) and isinstance(exc.__cause__, KeyboardInterrupt)
 
 
 def entry() -> None:

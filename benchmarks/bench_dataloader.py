@@ -5,7 +5,9 @@
 
 Each phase runs in its own process so its peak RSS is its own (the largest worker's is shown
 apart). The references are plain loops in one process: ``TaskStream`` turning each task into
-an item, and ``Corpus`` reading each task of the file in order. The DataLoader phases put
+an item, and ``Corpus`` reading each task of the file in order. A floor phase runs the
+stream's loop and makes each batch's six float arrays, zero-padded as ``collate_tasks`` pads
+them, in plain numpy and nothing else: what padding alone costs. The DataLoader phases put
 ``StreamDataset`` and ``CorpusDataset`` behind a ``DataLoader`` with 0 and 2 workers and
 ``collate_tasks`` batches; worker start-up is included. CPU seconds are the main process's and
 its workers' (summed), so wall times on a loaded machine can be read against them. Every phase
@@ -49,6 +51,40 @@ def _stream(args):
     return TaskStream(SEED, count=args.count, simulators=args.simulators)
 
 
+def padded_floor(items: list[dict]) -> dict:
+    """The least a padded batch of ``items`` costs: one zeroed float32 buffer shaped as
+    ``collate_tasks``'s six arrays (B, [K_max,] C_max or H_max) and each item's arrays copied
+    into their rows, with none of its checks, masks, integers or texts. Returns the arrays by
+    name (numpy views of the buffer; the tests compare them with ``collate_tasks``'s)."""
+    import numpy as np
+
+    from whatif_bench.stream.items import COVARIATE_ARRAYS, FUTURE_ARRAYS, HISTORY_ARRAYS
+
+    k_max = max(item["k"] for item in items)
+    c_max = max(item["context_length"] for item in items)
+    h_max = max(item["prediction_length"] for item in items)
+    shapes = {
+        name: (len(items), *((k_max,) if name in COVARIATE_ARRAYS else ()), length)
+        for names, length in ((HISTORY_ARRAYS, c_max), (FUTURE_ARRAYS, h_max))
+        for name in names
+    }
+    flat = np.zeros(sum(int(np.prod(shape)) for shape in shapes.values()), dtype=np.float32)
+    start, arrays = 0, {}
+    for name, shape in shapes.items():
+        out = arrays[name] = flat[start : start + int(np.prod(shape))].reshape(shape)
+        start += out.size
+        history = name in HISTORY_ARRAYS
+        for row, item in enumerate(items):
+            values = item[name]
+            steps = values.shape[-1]
+            columns = slice(shape[-1] - steps, None) if history else slice(0, steps)
+            if values.ndim == 1:
+                out[row, columns] = values
+            else:
+                out[row, : values.shape[0], columns] = values
+    return arrays
+
+
 def _phase(args) -> dict:
     from torch.utils.data import DataLoader
 
@@ -67,6 +103,14 @@ def _phase(args) -> dict:
         for slot, task in enumerate(stream):
             task_item(task, slot)
             n += 1
+    elif workers == "padded":
+        items = []
+        for slot, task in enumerate(stream):
+            items.append(task_item(task, slot))
+            if len(items) == args.batch_size or slot == args.count - 1:
+                padded_floor(items)
+                n += len(items)
+                items = []
     elif workers == "loop":
         with Corpus(args.corpus) as corpus:
             for index, task in enumerate(corpus):
@@ -136,7 +180,15 @@ def main() -> None:
         print(f"generated a corpus of {CORPUS_TARGETS} in {time.perf_counter() - started:.1f} s")
     if not args.benchmark_worlds:
         _stream(args).entries()  # builds missing training worlds once, before any timing
-    phases = ("stream-loop", "stream-0", "stream-2", "corpus-loop", "corpus-0", "corpus-2")
+    phases = (
+        "stream-loop",
+        "stream-padded",
+        "stream-0",
+        "stream-2",
+        "corpus-loop",
+        "corpus-0",
+        "corpus-2",
+    )
     load_before = load_average()
     results = {}
     for phase in phases:
@@ -158,6 +210,7 @@ def main() -> None:
     )
     labels = {
         "stream-loop": "reference: TaskStream -> task_item",
+        "stream-padded": "floor: the loop + padded float arrays",
         "stream-0": "DataLoader(StreamDataset), 0 workers",
         "stream-2": "DataLoader(StreamDataset), 2 workers",
         "corpus-loop": "reference: Corpus -> task_item",
@@ -183,6 +236,12 @@ def main() -> None:
             f"{w} workers {reference / results[f'{source}-{w}']['seconds']:.2f}x" for w in (0, 2)
         )
         print(f"{source}: DataLoader speed against the plain loop: {ratios}")
+        if source == "stream":
+            floor = reference / results["stream-padded"]["seconds"]
+            print(
+                f"stream: the plain loop with the batches' padded float arrays made in plain "
+                f"numpy (no checks, masks, integers or texts): {floor:.2f}x the plain loop"
+            )
     folder.cleanup()
 
 

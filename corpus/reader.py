@@ -339,24 +339,29 @@ class Corpus:
         return self.tasks_frame()["task_id"].tolist()
 
     def __iter__(self) -> Iterator[Task]:
-        """The view's tasks in ``task_ids()`` order, each as ``self[task_id]`` gives it.
+        """The view's tasks in ``task_ids()`` order, each as ``self[task_id]`` gives it
+        (``tasks``)."""
+        return self.tasks(self.task_ids())
+
+    def tasks(self, task_ids: Sequence[str]) -> Iterator[Task]:
+        """``self[task_id]`` for each of ``task_ids`` in their order, read as iterating reads.
 
         ``ITER_CHUNK`` tasks are read together: one read per array dataset when they lie close
-        in the file (``_slices``), then each task gets its own copy of its arrays."""
+        in the file (``_slices``), then each task gets its own copy of its arrays. An unknown
+        or dropped task is the ``KeyError`` ``self[task_id]`` raises, when its chunk is
+        reached."""
         columns = self._pair_columns()
-        ids = self.task_ids()
+        ids = list(task_ids)
         for first in range(0, len(ids), ITER_CHUNK):
-            rows, futures = [], []
-            for task_id in ids[first : first + ITER_CHUNK]:
-                pair_id, _, future = task_id.rpartition("/")
-                position = self._rows[pair_id]
-                rows.append({name: values[position] for name, values in columns.items()})
-                futures.append(future)
-            places = [
+            chunk = ids[first : first + ITER_CHUNK]
+            places = self._locate(chunk)
+            rows = [{name: values[row] for name, values in columns.items()} for row, _ in places]
+            futures = [task_id.rpartition("/")[2] for task_id in chunk]
+            spans = [
                 self._array_places(row, future) for row, future in zip(rows, futures, strict=True)
             ]
             read = {
-                name: self._slices(name, [p[name][0] for p in places], [p[name][1] for p in places])
+                name: self._slices(name, [s[name][0] for s in spans], [s[name][1] for s in spans])
                 for name in TASK_ARRAYS
             }
             for i, (row, future) in enumerate(zip(rows, futures, strict=True)):

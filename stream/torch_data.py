@@ -219,15 +219,16 @@ class CorpusDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict]:
         info = get_worker_info()
         positions = self.positions(*((0, 1) if info is None else (info.id, info.num_workers)))
+        positions_list = positions.tolist()
         with Corpus(self.path) as corpus:
-            for position in positions.tolist():
-                task_id = self.task_ids[position]
+            # read a chunk of tasks at a time, as iterating a Corpus does
+            tasks = corpus.tasks([self.task_ids[position] for position in positions_list])
+            for position in positions_list:
                 try:
-                    task = corpus[task_id]
-                except KeyError:
+                    task = next(tasks)
+                except KeyError as exc:
                     raise CorpusError(
-                        f"{self.path}: no task {task_id!r} any more; the file changed after "
-                        "the dataset was made"
+                        f"{self.path}: {exc.args[0]}; the file changed after the dataset was made"
                     ) from None
                 yield task_item(task, position)
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -121,3 +122,25 @@ def test_scale_benchmark_prints_a_row_per_corpus_size(one_target_corpus):
         assert all(value >= 0 for value in figures[:2]), done.stdout
         assert all(value > 0 for value in figures[2:]), done.stdout
     assert "peak RSS" in lines[-1], done.stdout
+
+
+def test_the_dataloader_benchmarks_padding_floor_makes_collate_tasks_float_arrays():
+    """bench_dataloader.py's floor phase times the batches' padded float arrays alone: the
+    same arrays ``collate_tasks`` makes, or the floor would time other work."""
+    from whatif_bench.stream import TaskStream, collate_tasks, task_item
+    from whatif_bench.stream.items import FUTURE_ARRAYS, HISTORY_ARRAYS
+    from whatif_bench.stream.sources import benchmark_sources
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import bench_dataloader
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    stream = TaskStream(5, count=24, sources=benchmark_sources(["epanet", "gridlabd"]))
+    items = [task_item(task, slot) for slot, task in enumerate(stream)]
+    assert len({item["context_length"] for item in items}) > 1  # there is padding to do
+    assert len({item["k"] for item in items}) > 1
+    floor, batch = bench_dataloader.padded_floor(items), collate_tasks(items)
+    assert set(floor) == {*HISTORY_ARRAYS, *FUTURE_ARRAYS}
+    for name, array in floor.items():
+        assert np.array_equal(array, batch[name].numpy()), name

@@ -8,6 +8,7 @@ for any selection (neighbouring tasks are read as one block, scattered ones one 
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import h5py
@@ -311,3 +312,44 @@ def test_a_windows_start_time_is_pandas_arithmetic_on_its_baselines_start(start,
         return
     got = window_start_time(start, steps, interval_s)
     assert (got, got.unit, repr(got)) == (expected, expected.unit, repr(expected))
+
+
+def test_reading_tasks_by_id_in_any_order_gives_each_as_reading_it_alone(corpus_path):
+    # Corpus.tasks reads ITER_CHUNK tasks at once, wherever they lie (CorpusDataset's shuffle)
+    import dataclasses
+
+    with Corpus(corpus_path) as corpus:
+        every = corpus.task_ids()
+        ids = [every[i] for i in np.random.default_rng(4).permutation(len(every))[:150]]
+        assert len(ids) > 2 * ITER_CHUNK
+        tasks = list(corpus.tasks(ids))
+        assert [task.task_id for task in tasks] == ids
+        for task in tasks:
+            reference = corpus[task.task_id]
+            for field in dataclasses.fields(task):
+                assert _same(getattr(task, field.name), getattr(reference, field.name)), (
+                    task.task_id,
+                    field.name,
+                )
+        assert list(corpus.tasks([])) == []
+
+
+@pytest.mark.parametrize(
+    ("task_id", "message"),
+    [
+        ("nowhere/pair/replay", "no task 'nowhere/pair/replay' in this corpus view"),
+        ("{first}/sideways", "no task '{first}/sideways' in this corpus view"),
+    ],
+    ids=["unknown-pair", "unknown-future"],
+)
+def test_reading_an_unknown_task_by_id_is_the_key_error_of_reading_it_alone(
+    corpus_path, task_id, message
+):
+    with Corpus(corpus_path) as corpus:
+        first = corpus.task_ids()[0].rpartition("/")[0]
+        task_id, message = task_id.format(first=first), message.format(first=first)
+        tasks = corpus.tasks([corpus.task_ids()[0], task_id])
+        with pytest.raises(KeyError, match=re.escape(message)):
+            list(tasks)
+        with pytest.raises(KeyError, match=re.escape(message)):
+            corpus[task_id]

@@ -259,6 +259,19 @@ def test_a_corpus_view_is_dealt_by_rank_in_its_own_order(corpus_path):
         CorpusDataset(corpus_path, future="someday")
 
 
+def test_a_corpus_dataset_whose_file_lost_a_task_names_it(corpus_path):
+    dataset = CorpusDataset(corpus_path)
+    dataset.task_ids[70] = "gone/pair/replay"  # as if the file had changed since
+    made = []
+    with pytest.raises(CorpusError) as raised:
+        made.extend(item["task_id"] for item in dataset)
+    assert str(raised.value) == (
+        f"{corpus_path}: no task 'gone/pair/replay' in this corpus view; the file changed after "
+        "the dataset was made"
+    )
+    assert made == dataset.task_ids[:64]  # the chunks before the one that holds it
+
+
 def test_both_datasets_survive_pickling_as_spawned_workers_receive_them(sources, corpus_path):
     stream = StreamDataset(TaskStream(SEED, count=3, sources=sources), rank=0, world_size=1)
     corpus = CorpusDataset(corpus_path, future="replay", K=1, shuffle=True, seed=4)

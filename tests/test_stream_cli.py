@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_whatif
 from whatif_bench.corpus.columns import schema
 from whatif_bench.stream import TaskStream
 from whatif_bench.stream.h5shard import FORMAT, ShardError, read_shard
@@ -62,6 +62,17 @@ def test_two_jobs_write_the_same_bytes(shards, cache, tmp_path):
     assert done.returncode == 0, done.stderr
     for name in ("manifest.json", *(f"data/shard-0000{i}.parquet" for i in range(3))):
         assert (out / name).read_bytes() == (shards / name).read_bytes(), name
+
+
+@pytest.mark.slow  # about 4 s: the real command, its two workers started and stopped
+def test_two_jobs_end_without_a_warning_of_leaked_semaphores(cache, tmp_path):
+    # each loky worker's first progress bar made tqdm's multiprocessing lock, which the
+    # resource tracker reported as leaked once stop_workers had ended the workers
+    done = run_whatif(
+        "stream", *ARGS, "--out", str(tmp_path / "s"), "--cache", cache, "--jobs", "2"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "leaked" not in done.stderr and "Warning" not in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,27 @@ def end_with_parent(parent_pid: int) -> None:
     ).start()
 
 
+def prepare_worker(parent_pid: int) -> None:
+    """Initializer of ``parallel``'s workers: end with ``parent_pid`` (``end_with_parent``)
+    and give progress bars a lock of this process alone (``_bars_lock_within_the_process``)."""
+    end_with_parent(parent_pid)
+    _bars_lock_within_the_process()
+
+
+def _bars_lock_within_the_process() -> None:
+    """Give tqdm a thread lock before it makes its own for its first bar here.
+
+    tqdm's own lock holds a multiprocessing lock. In a loky worker (start method ``loky``)
+    that is a named semaphore registered with the resource tracker, and a worker ended by
+    ``stop_workers`` never unregisters it: every command that ran such workers ended with
+    "resource_tracker: There appear to be 2 leaked semaphore objects". Each worker made its
+    own, shared with no other process, so a thread lock guards exactly as much.
+    """
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
 def stop_workers() -> None:
     """End this process's loky workers at once, if it started any.
 
@@ -94,5 +115,5 @@ def parallel(n_jobs: int, **kwargs):
 
     if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs < 1:
         raise ValueError(f"the number of jobs must be a positive integer, got {n_jobs!r}")
-    backend = LokyBackend(initializer=end_with_parent, initargs=(os.getpid(),))
+    backend = LokyBackend(initializer=prepare_worker, initargs=(os.getpid(),))
     return Parallel(n_jobs=n_jobs, backend=backend, **kwargs)

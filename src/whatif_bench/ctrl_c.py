@@ -42,7 +42,6 @@ class CtrlCWatch:
         self.pressed = False
         self._active = False
         self._in_hook = False
-        self._owed = False
         self._previous_hook = sys.unraisablehook
 
     def __enter__(self) -> CtrlCWatch:
@@ -69,8 +68,8 @@ class CtrlCWatch:
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         self.pressed = True
-        if self._in_hook:  # raised here it would be lost too: deliver it after the hook
-            self._owed = True
+        if self._in_hook:  # raised here it would be lost too
+            self._raise_again_soon()
             return
         raise KeyboardInterrupt
 
@@ -78,19 +77,20 @@ class CtrlCWatch:
         if not isinstance(unraisable.exc_value, KeyboardInterrupt):
             self._previous_hook(unraisable)
             return
-        # swallowed by a callback: raised again in the main thread once the callback has
-        # returned (a signal tripped from here would be handled inside this hook)
-        self.pressed = True
+        self.pressed = True  # swallowed by a callback
         self._in_hook = True
         try:
-            redeliver = threading.Timer(REDELIVER_AFTER_S, _thread.interrupt_main)
-            redeliver.daemon = True
-            redeliver.start()
+            self._raise_again_soon()
         finally:
             self._in_hook = False
-        if self._owed:
-            self._owed = False
-            self._on_unraisable(unraisable)
+
+    @staticmethod
+    def _raise_again_soon() -> None:
+        """Raise ``KeyboardInterrupt`` in the main thread ``REDELIVER_AFTER_S`` from now, once
+        the callback has returned: a signal tripped at once would be handled inside the hook."""
+        redeliver = threading.Timer(REDELIVER_AFTER_S, _thread.interrupt_main)
+        redeliver.daemon = True
+        redeliver.start()
 
 
 def ctrl_c_caused(exc: BaseException) -> bool:

@@ -40,6 +40,15 @@ def _spin(seconds: float) -> None:
         pass
 
 
+@pytest.fixture(autouse=True)
+def pythons_own_sigint_handler():
+    """Python's own SIGINT handler, as an interactive run has it: a test runner started in the
+    background (``cmd &``, as a CI script may) inherits SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture
 def unraisable(monkeypatch) -> list:
     """What reaches ``sys.unraisablehook`` (pytest's own would turn it into a warning)."""

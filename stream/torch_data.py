@@ -218,12 +218,12 @@ class CorpusDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[dict]:
         info = get_worker_info()
-        positions = self.positions(*((0, 1) if info is None else (info.id, info.num_workers)))
-        positions_list = positions.tolist()
+        worker = (0, 1) if info is None else (info.id, info.num_workers)
+        positions = self.positions(*worker).tolist()
         with Corpus(self.path) as corpus:
             # read a chunk of tasks at a time, as iterating a Corpus does
-            tasks = corpus.tasks([self.task_ids[position] for position in positions_list])
-            for position in positions_list:
+            tasks = corpus.tasks([self.task_ids[position] for position in positions])
+            for position in positions:
                 try:
                     task = next(tasks)
                 except KeyError as exc:

@@ -143,7 +143,7 @@ def _phase(args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--count", type=int, default=2000, help="stream tasks per phase (default 2000)"
+        "--count", type=int, default=20000, help="stream tasks per phase (default 20000)"
     )
     parser.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
     parser.add_argument(

@@ -267,7 +267,9 @@ def collate_tasks(
     largest. Use ``functools.partial`` to pass them through a DataLoader.
 
     The float32 tensors are views of one storage, as are the bool and the int64 ones, so a
-    DataLoader worker hands a batch over in three shared-memory segments rather than 25.
+    DataLoader worker hands a batch over in three shared-memory segments rather than 25; in a
+    worker those storages are made in shared memory, so the batch is not copied to be handed
+    over.
 
     Returns
     -------
@@ -333,7 +335,7 @@ def collate_tasks(
     k = np.asarray(numbers["k"])
     batch["covariate_mask"].numpy()[...] = np.arange(k_max) < k[:, None]
     # numpy builds the table from the lists several times faster than torch.tensor
-    table = torch.from_numpy(np.array([numbers[name] for name in ints], dtype=np.int64))
+    table = _in_batch_memory(np.array([numbers[name] for name in ints], dtype=np.int64))
     batch.update(zip(ints, table, strict=True))
     for name in texts:
         batch[name] = [item[name] for item in items]
@@ -425,11 +427,37 @@ def _integer(value, name: str) -> int:
 
 def _carve(dtype: type, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
     """Zeroed tensors shaped as ``shapes`` says, consecutive views of one storage of the numpy
-    ``dtype`` (numpy's zeros are calloc'd, several times faster here than ``torch.zeros``)."""
+    ``dtype``: numpy's zeros in the main process (calloc'd, several times faster here than
+    ``torch.zeros``), and in a DataLoader worker a new shared-memory segment (``_shared_zeros``),
+    which the worker would otherwise copy the batch into to hand it over."""
     total = sum(math.prod(shape) for shape in shapes.values())
-    flat = torch.from_numpy(np.zeros(total, dtype=dtype))
+    if get_worker_info() is not None:
+        flat = _shared_zeros(total, dtype)
+    else:
+        flat = torch.from_numpy(np.zeros(total, dtype=dtype))
     views, start = {}, 0
     for name, shape in shapes.items():
         views[name] = flat[start : start + math.prod(shape)].view(shape)
         start += math.prod(shape)
     return views
+
+
+def _in_batch_memory(array: np.ndarray) -> torch.Tensor:
+    """``array`` as a tensor where ``_carve`` puts a batch: its own memory in the main process,
+    a copy in a new shared-memory segment in a DataLoader worker."""
+    if get_worker_info() is None:
+        return torch.from_numpy(array)
+    shared = _shared_zeros(array.size, array.dtype.type).view(array.shape)
+    shared.numpy()[...] = array
+    return shared
+
+
+def _shared_zeros(count: int, dtype: type) -> torch.Tensor:
+    """(count,) zeros of the numpy ``dtype`` in a new shared-memory segment, as torch's own
+    collate allocates a batch in a worker: the queue then passes the segment, where a tensor in
+    private memory is first copied into one (the whole batch again, 2.2x the worker CPU in
+    ``benchmarks/bench_dataloader.py``). The segment is a new file that ``ftruncate`` sized, so
+    its pages read as zeros until written (POSIX); nothing needs clearing."""
+    like = torch.from_numpy(np.empty(0, dtype=dtype))
+    storage = torch.UntypedStorage._new_shared(count * like.element_size())
+    return like.new_empty(0).set_(storage, 0, (count,))

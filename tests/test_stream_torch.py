@@ -210,6 +210,43 @@ def test_collate_keeps_one_storage_per_dtype(pool):
     }
 
 
+def collate_noting_shared(items: list[dict]) -> tuple[dict, dict]:
+    """``collate_tasks``'s batch and, per tensor, whether it was in shared memory when made
+    (in a DataLoader worker: before the queue would copy it into a segment)."""
+    batch = collate_tasks(items)
+    return batch, {
+        name: value.is_shared() for name, value in batch.items() if torch.is_tensor(value)
+    }
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_worker_collates_straight_into_shared_memory_the_same_batch(pool, workers):
+    loader = torch.utils.data.DataLoader(
+        pool[:12], batch_size=5, num_workers=workers, collate_fn=collate_noting_shared
+    )
+    made = list(loader)
+    assert len(made) == 3
+    for number, (batch, shared) in enumerate(made):
+        # a worker's batch is made in shared memory; the main process's in its own
+        assert set(shared.values()) == {workers > 0}
+        wanted = collate_tasks(pool[5 * number : 5 * number + 5])
+        assert batch.keys() == wanted.keys()
+        for name, value in wanted.items():  # every value, the padding's zeros included
+            if torch.is_tensor(value):
+                assert torch.equal(batch[name], value), name
+            else:
+                assert batch[name] == value, name
+
+
+def test_shared_zeros_are_zeros_even_where_an_earlier_segment_was_written():
+    for _ in range(20):
+        for dtype, torch_dtype in ((np.float32, torch.float32), (np.bool_, torch.bool)):
+            zeros = torch_data._shared_zeros(300_001, dtype)
+            assert zeros.dtype == torch_dtype and zeros.shape == (300_001,)
+            assert zeros.is_shared() and not zeros.any()
+            zeros.fill_(1)  # dirty the pages before they are freed
+
+
 def test_collate_to_fixed_shapes_and_refuses_what_does_not_fit(pool):
     batch = collate_tasks(pool[:4], k_max=5, context_max=9000, horizon_max=1000)
     assert batch["history_covariates"].shape == (4, 5, 9000)

@@ -27,6 +27,7 @@ time. Everything here is deterministic: lists in covariate order, keys in a fixe
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -36,13 +37,14 @@ import numpy as np
 import pandas as pd
 
 from whatif_bench.corpus.axes import NOVEL_REACH, RESTRAINT
-from whatif_bench.corpus.task import window_start_time
+from whatif_bench.corpus.task import window_start_text
 from whatif_bench.relationships.engine import EventSchedule, Relationship
 
 SCHEMA = "whatif-task-description/1"
 
 
 # ---- formatting -----------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)  # a corpus has few event lengths
 def duration_text(seconds: float) -> str:
     """A duration in words: ``7200`` -> ``"2 hours"``, ``5400`` -> ``"1 hour 30 minutes"``,
     ``300`` -> ``"5 minutes"``, ``90`` -> ``"1 minute 30 seconds"``, ``86400`` -> ``"1 day"``."""
@@ -88,9 +90,10 @@ def _event(
     event pushes the target (a history event, and the one a replay repeats), ``"novel"`` for
     a novel future."""
     window = task.context_length + task.prediction_length
+    start, length = int(start), int(length)
     # the time of the window's step ``start`` (``task.start`` plus ``start`` steps, made as the
     # window's start is: pandas' Timestamp + Timedelta cost about half of a description)
-    moment = window_start_time(task.baseline_start, task.start_step + start, task.interval_s)
+    moment = window_start_text(task.baseline_start, task.start_step + start, task.interval_s)
     entries = []
     for info, factor in zip(relationship.covariates[: task.k], factors, strict=True):
         entries.append(
@@ -105,9 +108,9 @@ def _event(
     return {
         "kind": kind,
         "source": source,
-        "start_step": int(start),
-        "start_time": moment.isoformat(),
-        "length_steps": int(length),
+        "start_step": start,
+        "start_time": moment,
+        "length_steps": length,
         "steps_in_window": int(min(length, window - start)),
         "duration_s": int(length * task.interval_s),
         "duration": duration_text(length * task.interval_s),
@@ -125,19 +128,77 @@ def coalition_effects(
     """``(2^K, n)`` per-step effect ``y'_S(t) - y(t)`` of each coalition ``S`` (bit ``c`` of the
     row index set: covariate ``c`` takes its factor, else 1) of an event at step 0 of
     ``length`` steps with ``factors`` (K,), over ``baseline`` (n,) float64 (the event is cut at
-    its end, as the future event is by the window)."""
+    its end, as the future event is by the window).
+
+    The engine's value at a step depends on that step's baseline and factors only, so at a step
+    where all K factors are exactly 1 every coalition has the all-ones value: the coalitions
+    are evaluated (``Relationship.evaluate_coalitions``) up to the last step the event moves,
+    and one all-ones row over the rest. ``coalition_effects_reference`` evaluates every
+    coalition at every step with ``Relationship.evaluate``; the two are equal to the bit."""
     factors = np.asarray(factors, dtype=np.float64)
     k = factors.shape[0]
     n = baseline.shape[0]
-    padded = max(length, n)
-    schedule = EventSchedule(np.array([0]), np.array([length]), factors[None, :])
-    trajectories = relationship.factor_trajectories(padded, schedule)[:, :n]  # (K, n)
-    masks = np.arange(2**k)
-    present = ((masks[:, None] >> np.arange(k)[None, :]) & 1).astype(bool)  # (2^K, K)
-    matrix = np.where(present.T[:, :, None], trajectories[:, None, :], 1.0)  # (K, 2^K, n)
+    trajectories = _trajectories(relationship, n, length, factors)  # (K, n)
+    moved = np.flatnonzero((trajectories != 1.0).any(axis=0))
+    m = int(moved[-1]) + 1 if moved.size else 0  # the steps [0, m) hold every moved one
+    out = np.empty((2**k, n))
+    if m:
+        values = relationship.evaluate_coalitions(baseline[:m], trajectories[:, :m])
+        np.subtract(values, baseline[None, :m], out=out[:, :m])
+    if m < n:  # every factor is 1 here: one row is every coalition's
+        rest = relationship.evaluate(baseline[m:], np.ones((k, n - m)))
+        out[:, m:] = rest - baseline[m:]
+    return out
+
+
+def coalition_effects_reference(
+    relationship: Relationship,
+    baseline: np.ndarray,
+    length: int,
+    factors: np.ndarray,
+) -> np.ndarray:
+    """``coalition_effects`` the plain way: all 2^K coalitions evaluated at every step."""
+    factors = np.asarray(factors, dtype=np.float64)
+    k = factors.shape[0]
+    n = baseline.shape[0]
+    trajectories = _trajectories(relationship, n, length, factors)
+    matrix = np.where(_members(k).T[:, :, None], trajectories[:, None, :], 1.0)  # (K, 2^K, n)
     tiled = np.tile(baseline, 2**k)
     values = relationship.evaluate(tiled, np.ascontiguousarray(matrix.reshape(k, -1)))
     return values.reshape(2**k, n) - baseline[None, :]
+
+
+def _trajectories(relationship: Relationship, n: int, length: int, factors: np.ndarray):
+    """(K, n) factor trajectories of one event at step 0 of ``length`` steps, cut at ``n``."""
+    schedule = EventSchedule(np.array([0]), np.array([length]), factors[None, :])
+    return relationship.factor_trajectories(max(length, n), schedule)[:, :n]
+
+
+@functools.lru_cache(maxsize=8)
+def _members(k: int) -> np.ndarray:
+    """(2^K, K) bool: row ``m`` marks the covariates of coalition ``m`` (its set bits)."""
+    masks = np.arange(2**k)
+    members = ((masks[:, None] >> np.arange(k)[None, :]) & 1).astype(bool)
+    members.setflags(write=False)
+    return members
+
+
+@functools.lru_cache(maxsize=8)
+def _shapley_terms(k: int) -> tuple[tuple[tuple[int, int, float], ...], ...]:
+    """Per covariate ``c``, the ``(mask | bit, mask, weight)`` of every coalition ``mask``
+    without ``c``, in increasing ``mask``: the terms ``shapley`` sums, in its order."""
+    terms = []
+    for c in range(k):
+        bit = 1 << c
+        row = []
+        for mask in range(2**k):
+            if mask & bit:
+                continue
+            s = bin(mask).count("1")
+            weight = math.factorial(s) * math.factorial(k - s - 1) / math.factorial(k)
+            row.append((mask | bit, mask, weight))
+        terms.append(tuple(row))
+    return tuple(terms)
 
 
 def shapley(values: np.ndarray) -> np.ndarray:
@@ -148,16 +209,19 @@ def shapley(values: np.ndarray) -> np.ndarray:
     k = int(round(math.log2(values.shape[0])))
     if 2**k != values.shape[0]:
         raise ValueError(f"a game over K players has 2^K worths, got {values.shape[0]}")
-    sizes = np.array([bin(m).count("1") for m in range(2**k)])
+    if values.ndim == 1:  # one game: the same sums in Python floats (IEEE doubles, same order)
+        worths = values.tolist()
+        phi = []
+        for terms in _shapley_terms(k):
+            total = 0.0
+            for joined, mask, weight in terms:
+                total += weight * (worths[joined] - worths[mask])
+            phi.append(total)
+        return np.array(phi)
     out = np.zeros((k, *values.shape[1:]))
-    for c in range(k):
-        bit = 1 << c
-        for mask in range(2**k):
-            if mask & bit:
-                continue
-            s = int(sizes[mask])
-            weight = math.factorial(s) * math.factorial(k - s - 1) / math.factorial(k)
-            out[c] += weight * (values[mask | bit] - values[mask])
+    for c, terms in enumerate(_shapley_terms(k)):
+        for joined, mask, weight in terms:
+            out[c] += weight * (values[joined] - values[mask])
     return out
 
 
@@ -248,7 +312,7 @@ def describe_task(
     if baseline_future is None:
         baseline_future = np.asarray(task.counterfactual_future, dtype=np.float64)
     lower, upper = relationship.window
-    future_start = window_start_time(
+    future_start = window_start_text(
         task.baseline_start, task.start_step + task.context_length, task.interval_s
     )
     return {
@@ -265,8 +329,8 @@ def describe_task(
             "window": [_finite(lower), _finite(upper)],
         },
         "window": {
-            "start_time": task.start.isoformat(),
-            "future_start_time": future_start.isoformat(),
+            "start_time": window_start_text(task.baseline_start, task.start_step, task.interval_s),
+            "future_start_time": future_start,
             "interval_s": int(task.interval_s),
             "context_length": task.context_length,
             "prediction_length": task.prediction_length,

@@ -61,6 +61,16 @@ def window_start_time(baseline_start: str, start_step: int, interval_s: int) -> 
     return pd.Timestamp(moment + datetime.timedelta(seconds=seconds)).as_unit(unit)
 
 
+def window_start_text(baseline_start: str, start_step: int, interval_s: int) -> str:
+    """``window_start_time(...).isoformat()``, made with the standard library's datetime where
+    that is exact (the same cases as ``window_start_time``; a description makes several)."""
+    seconds = start_step * interval_s
+    moment, _ = _baseline_moment(baseline_start)
+    if moment is None or not isinstance(seconds, int):
+        return window_start_time(baseline_start, start_step, interval_s).isoformat()
+    return (moment + datetime.timedelta(seconds=seconds)).isoformat()
+
+
 @functools.lru_cache(maxsize=256)
 def _baseline_moment(text: str) -> tuple[datetime.datetime | None, str]:
     """A baseline's start as a ``datetime`` and the unit of a ``Timestamp`` some seconds after

@@ -19,14 +19,17 @@ from whatif_bench.relationships.forms import EFFECTS, FORMS
 
 @dataclass(frozen=True)
 class KernelSet:
-    """The three array kernels, all compiled against the same form dispatchers."""
+    """The array kernels, all compiled against the same form dispatchers."""
 
     evaluate: Any
     apply_events: Any
     trajectories: Any
+    coalitions: Any
 
 
-BUILTIN_KERNELS = KernelSet(k._evaluate_kernel, k.apply_events_kernel, k._trajectories_kernel)
+BUILTIN_KERNELS = KernelSet(
+    k._evaluate_kernel, k.apply_events_kernel, k._trajectories_kernel, k._coalitions_kernel
+)
 _custom_cache: dict[tuple[int, ...], KernelSet] = {}
 
 
@@ -77,5 +80,6 @@ def current_kernels() -> KernelSet:
             _rejit(k._evaluate_kernel, namespace),
             _rejit(k.apply_events_kernel, namespace),
             BUILTIN_KERNELS.trajectories,
+            _rejit(k._coalitions_kernel, namespace),
         )
     return _custom_cache[key]

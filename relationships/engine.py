@@ -246,6 +246,30 @@ class Relationship:
         current_kernels().evaluate(y, matrix, self.kernel_constants(matrix.shape[0]), out)
         return out
 
+    def evaluate_coalitions(self, y: np.ndarray, factors: np.ndarray) -> np.ndarray:
+        """(2^K, T): row ``m`` is ``evaluate(y, ...)`` with the rows of ``factors`` (K, T) of
+        the covariates whose bits are set in ``m`` and 1 for the others, to the bit (one
+        kernel makes each step's form values once; ``evaluate_coalitions_reference`` is the
+        plain way). K is at most 5 (32 coalitions)."""
+        y = _as_series(y)
+        matrix = np.ascontiguousarray(factors, dtype=np.float64)
+        if matrix.ndim != 2 or matrix.shape[1] != y.shape[0]:
+            raise RelationshipError(f"factor array must be (K, {y.shape[0]}), got {matrix.shape}")
+        self._check_k(matrix.shape[0])
+        out = np.empty((2 ** matrix.shape[0], y.shape[0]))
+        current_kernels().coalitions(y, matrix, self.kernel_constants(matrix.shape[0]), out)
+        return out
+
+    def evaluate_coalitions_reference(self, y: np.ndarray, factors: np.ndarray) -> np.ndarray:
+        """``evaluate_coalitions`` the plain way: one ``evaluate`` of every coalition's rows."""
+        matrix = np.asarray(factors, dtype=np.float64)
+        k = matrix.shape[0]
+        rows = []
+        for mask in range(2**k):
+            members = np.array([(mask >> c) & 1 for c in range(k)], dtype=bool)
+            rows.append(self.evaluate(y, np.where(members[:, None], matrix, 1.0)))
+        return np.array(rows)
+
     def evaluate_grid(
         self,
         y: np.ndarray,

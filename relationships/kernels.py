@@ -199,6 +199,38 @@ def _evaluate_kernel(
 
 
 @numba.njit(**JIT_OPTIONS)
+def _coalitions_kernel(
+    y: np.ndarray, factors: np.ndarray, constants: RelationshipConstants, out: np.ndarray
+) -> None:
+    """Target for baseline ``y`` (T,) under every coalition of the factors (K, T): row ``m``
+    of ``out`` (2^K, T) is ``_evaluate_kernel`` of the factors whose rows are covariate ``c``'s
+    where bit ``c`` of ``m`` is set and 1 elsewhere. Each step's primary value and secondary
+    terms are made once at factor 1 and once at the step's factor, then combined per coalition
+    in covariate order, the very operations ``_evaluate_kernel`` makes for that coalition."""
+    c = constants
+    n_covariates = factors.shape[0]
+    neutral = 1.0 if c.combination == MULTIPLICATIVE else 0.0
+    at_one = np.empty(n_covariates)
+    moved = np.empty(n_covariates)
+    for i in range(1, n_covariates):
+        r = _effect_value(c.effect_codes[i], 1.0, c.effect_params[i])
+        at_one[i] = _effect_term(c.combination, c.weights[i], r)
+    for t in range(y.shape[0]):
+        g_one = _primary_value(c.primary_code, y[t], 1.0, c.primary_params)
+        g_moved = _primary_value(c.primary_code, y[t], factors[0, t], c.primary_params)
+        for i in range(1, n_covariates):
+            r = _effect_value(c.effect_codes[i], factors[i, t], c.effect_params[i])
+            moved[i] = _effect_term(c.combination, c.weights[i], r)
+        for m in range(out.shape[0]):
+            g = g_moved if m & 1 else g_one
+            acc = neutral
+            for i in range(1, n_covariates):
+                term = moved[i] if (m >> i) & 1 else at_one[i]
+                acc = _accumulate(c.combination, acc, term)
+            out[m, t] = _combine(c.combination, y[t], g, acc, c.level, c.lower, c.upper)
+
+
+@numba.njit(**JIT_OPTIONS)
 def fill_bell_profile(length: int, buffer: np.ndarray) -> None:
     """Write the bell weights of an event of ``length`` steps into ``buffer[:length]``."""
     centre = (length - 1) / 2.0

@@ -44,6 +44,11 @@ def test_user_form_kernel_equals_its_python_definition(extended, rng):
     )
     single = relationship.evaluate(np.array([10.0]), {"maxSpeed": 3.0})[0]
     assert single == pytest.approx(10.0 * (1 + 0.4 * (2 / (1 + math.exp(-3.0)) - 1)), rel=1e-12)
+    # the coalitions kernel (task descriptions) is rebuilt with the user form too
+    np.testing.assert_array_equal(
+        relationship.evaluate_coalitions(y[:40], factors[:, :40]),
+        relationship.evaluate_coalitions_reference(y[:40], factors[:, :40]),
+    )
 
 
 def test_user_effect_is_usable_in_a_new_simulator(tmp_path, extended):

@@ -22,6 +22,7 @@ from whatif_bench.corpus.describe import (
     attribution,
     clock_text,
     coalition_effects,
+    coalition_effects_reference,
     describe_task,
     duration_text,
     number_text,
@@ -109,6 +110,40 @@ def test_full_coalition_is_the_engine_apply_events(described):
         expected = relationship.apply_events(padded, schedule)[: future.size]
         np.testing.assert_allclose(effects[-1] + future, expected, rtol=1e-13, atol=1e-12)
         assert np.all(effects[0] == 0.0)  # every covariate at factor 1: no effect
+
+
+def test_coalition_effects_equal_every_coalition_evaluated_everywhere_to_the_bit(described):
+    """Coalitions evaluated up to the event's last moved step and one all-ones row after it
+    give the very effects of evaluating all 2^K coalitions at every step."""
+    shorter = 0
+    for task, relationship, future, _ in described[::5]:
+        length = task.recipe["future_event_length"]
+        factors = np.asarray(task.recipe["future_factors"])
+        for cut in (length, max(1, length // 3)):  # the event as stored, and a short one
+            shorter += cut < future.size
+            np.testing.assert_array_equal(
+                coalition_effects(relationship, future, cut, factors),
+                coalition_effects_reference(relationship, future, cut, factors),
+                err_msg=task.task_id,
+            )
+    assert shorter >= 20  # the all-ones tail was exercised
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 5).flatmap(
+        lambda k: st.lists(
+            st.floats(-1e6, 1e6, allow_nan=False), min_size=2**k * 3, max_size=2**k * 3
+        )
+    )
+)
+def test_shapley_of_one_game_is_each_column_of_the_per_step_games(values):
+    """The scalar path (Python floats) and the per-step path (numpy rows) sum the same terms
+    in the same order: one game's values are bit for bit each column's."""
+    games = np.asarray(values).reshape(-1, 3)  # (2^K, 3): three games side by side
+    per_step = shapley(games)
+    for column in range(3):
+        np.testing.assert_array_equal(shapley(games[:, column]), per_step[:, column])
 
 
 def test_unclipped_additive_shapley_is_the_term_split(described):

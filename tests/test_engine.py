@@ -143,3 +143,37 @@ def test_multiplicative_combination_raises_negative_targets_towards_zero(registr
         y, {"reservoir_9_base_head": 1.0, "junction_11_base_demand": 4.0}
     )
     assert y[0] < raised[0] < 0
+
+
+def test_evaluate_coalitions_is_bit_identical_to_evaluating_each_coalition(registry, rng):
+    """The one-kernel coalitions (describe's attribution) equal ``evaluate`` of each coalition's
+    factor rows to the bit, for every relationship and K, factors above and below 1 and at 1."""
+    for relationship in registry:
+        low, high = relationship.typical_range
+        y = rng.uniform(low, high, 60)
+        for k in range(1, relationship.max_k + 1):
+            factors = _random_factors(rng, k, y.size)
+            factors[:, ::7] = 1.0  # some steps the event leaves alone
+            if relationship.only_increase:
+                factors = np.maximum(factors, 1.0)
+            got = relationship.evaluate_coalitions(y, factors)
+            assert got.shape == (2**k, y.size)
+            np.testing.assert_array_equal(
+                got,
+                relationship.evaluate_coalitions_reference(y, factors),
+                err_msg=f"{relationship.simulator}/{relationship.target} K={k}",
+            )
+
+
+@pytest.mark.parametrize(
+    ("factors", "match"),
+    [
+        (np.ones((2, 9)), r"factor array must be \(K, 10\)"),
+        (np.ones(10), r"factor array must be \(K, 10\)"),
+        (np.ones((6, 10)), "K must be in 1..5"),
+    ],
+)
+def test_evaluate_coalitions_refuses_factors_that_do_not_fit(registry, factors, match):
+    relationship = registry.get("epanet", "pressure_10")
+    with pytest.raises(RelationshipError, match=match):
+        relationship.evaluate_coalitions(np.ones(10), factors)

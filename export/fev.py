@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from whatif_bench.corpus import QUANTILE_LEVELS, columns
 from whatif_bench.errors import WhatIfError
+from whatif_bench.export.background import OrderedWriter
 
 ROW_GROUP = 64  # tasks per Parquet row group: bounds memory on long contexts
 # fev's metadata column -> the task column (``corpus.columns``) it holds, in file order; lists
@@ -115,17 +116,30 @@ def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
 
 
 def _write_parquet(
-    path: Path, tasks: list, units_of, schema: pa.Schema, bar, describer=None
+    path: Path,
+    tasks: list,
+    units_of,
+    schema: pa.Schema,
+    bar,
+    background: OrderedWriter,
+    opened: list,
+    describer=None,
 ) -> None:
-    """Tasks (already in id order) to one zstd Parquet file, ROW_GROUP rows at a time."""
+    """Tasks (already in id order) to one zstd Parquet file, ROW_GROUP rows at a time: the
+    rows are built here, and compressed and written by ``background`` (the file is closed
+    there too, after its last row group); the writer is added to ``opened``, which keeps the
+    writers not closed yet (for the caller to close after an error)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with pq.ParquetWriter(path, schema, compression="zstd", compression_level=3) as writer:
-        for start in range(0, len(tasks), ROW_GROUP):
-            chunk = tasks[start : start + ROW_GROUP]
-            rows = [_row(t, units_of(t), describer) for t in chunk]
-            writer.write_table(_table(rows, schema), row_group_size=ROW_GROUP)
-            if bar is not None:
-                bar.update(len(chunk))
+    opened[:] = [writer for writer in opened if writer.is_open]
+    writer = pq.ParquetWriter(path, schema, compression="zstd", compression_level=3)
+    opened.append(writer)
+    for start in range(0, len(tasks), ROW_GROUP):
+        chunk = tasks[start : start + ROW_GROUP]
+        rows = [_row(t, units_of(t), describer) for t in chunk]
+        background.submit(writer.write_table, _table(rows, schema), row_group_size=ROW_GROUP)
+        if bar is not None:
+            bar.update(len(chunk))
+    background.submit(writer.close)
 
 
 def _yaml_value(value: Any) -> str:
@@ -196,10 +210,12 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
     total = len(tasks) * (2 if per_task else 1)
     bar = tqdm(total=total, desc="fev export", unit="task", disable=not progress)
     groups, pooled, single = [], [], []
+    opened: list[pq.ParquetWriter] = []
+    background = OrderedWriter()
     try:
         for (simulator, c_label, k), ids in order.items():
             ids = sorted(ids)  # fev sorts series by id; the file follows the same order
-            loaded = [corpus[task_id] for task_id in ids]
+            loaded = list(corpus.tasks(ids))  # read a chunk of tasks at a time
             horizons = {t.prediction_length for t in loaded}
             intervals = {t.interval_s for t in loaded}
             if len(horizons) != 1 or len(intervals) != 1:
@@ -211,7 +227,9 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
             tz = loaded[0].timestamps().tz
             schema = _schema(k, None if tz is None else str(tz))
             relative = f"data/{simulator}/{c_label}-K{k}.parquet"
-            _write_parquet(folder / relative, loaded, units_of, schema, bar, describer)
+            _write_parquet(
+                folder / relative, loaded, units_of, schema, bar, background, opened, describer
+            )
             name = f"whatif/{simulator}/{c_label}/K{k}"
             pooled.append(_fev_task(relative, horizon, k, name))
             group = {
@@ -229,10 +247,16 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
                 group["per_task_folder"] = f"per_task/{simulator}/{c_label}-K{k}"
                 for index, task in enumerate(loaded):
                     one = f"{group['per_task_folder']}/{index:0{width}d}.parquet"
-                    _write_parquet(folder / one, [task], units_of, schema, bar, describer)
+                    _write_parquet(
+                        folder / one, [task], units_of, schema, bar, background, opened, describer
+                    )
                     single.append(_fev_task(one, horizon, k, task.task_id))
             groups.append(group)
+        background.finish()
     finally:
+        background.abandon()  # after an error: nothing more is written
+        for writer in opened:  # closing a closed writer does nothing
+            writer.close()
         bar.close()
 
     _write_yaml(folder / TASK_FILE, pooled, POOLED_NOTE)

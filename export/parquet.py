@@ -24,6 +24,7 @@ import pandas as pd
 
 from whatif_bench.corpus import columns
 from whatif_bench.corpus.columns import COMPRESSION, COMPRESSION_LEVEL, schema, table
+from whatif_bench.export.background import OrderedWriter
 
 ROWS_PER_FILE = 8192  # a new file every this many rows (a few hundred MB at most)
 SPLIT = "test"  # the one split: the card's configs and splits, and CARD_EXAMPLE
@@ -103,33 +104,41 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
     folder = Path(folder)
     (folder / "data").mkdir()
     files: list[dict[str, Any]] = []
-    writer = None
+    writers: list[pq.ParquetWriter] = []
     rows_in_file = 0
     from whatif_bench.corpus import export_describer
 
     describer = export_describer(corpus)
     bar = tqdm(total=len(tasks), unit="task", disable=not progress, desc="export parquet")
+    # the row groups are compressed and written in a thread while the next ones are built
     try:
-        for batch in task_batches(corpus, tasks):
-            while batch:
-                if writer is None or rows_in_file >= ROWS_PER_FILE:
-                    if writer is not None:
-                        writer.close()
-                    name = f"data/tasks-{len(files):05d}.parquet"
-                    writer = pq.ParquetWriter(folder / name, schema(), **_write_options())
-                    files.append({"path": name, "rows": 0})
-                    rows_in_file = 0
-                part, batch = (
-                    batch[: ROWS_PER_FILE - rows_in_file],
-                    batch[ROWS_PER_FILE - rows_in_file :],
-                )
-                texts = [describer.json(t) for t in part] if describer else None
-                writer.write_table(table(part, texts), row_group_size=len(part))
-                rows_in_file += len(part)
-                files[-1]["rows"] += len(part)
-                bar.update(len(part))
+        with OrderedWriter() as background:
+            for batch in task_batches(corpus, tasks):
+                while batch:
+                    if not writers or rows_in_file >= ROWS_PER_FILE:
+                        if writers:
+                            background.submit(writers[-1].close)
+                        name = f"data/tasks-{len(files):05d}.parquet"
+                        writers.append(
+                            pq.ParquetWriter(folder / name, schema(), **_write_options())
+                        )
+                        files.append({"path": name, "rows": 0})
+                        rows_in_file = 0
+                    part, batch = (
+                        batch[: ROWS_PER_FILE - rows_in_file],
+                        batch[ROWS_PER_FILE - rows_in_file :],
+                    )
+                    texts = [describer.json(t) for t in part] if describer else None
+                    background.submit(
+                        writers[-1].write_table, table(part, texts), row_group_size=len(part)
+                    )
+                    rows_in_file += len(part)
+                    files[-1]["rows"] += len(part)
+                    bar.update(len(part))
+            if writers:
+                background.submit(writers[-1].close)
     finally:
-        if writer is not None:
+        for writer in writers:  # after an error (closing a closed writer does nothing)
             writer.close()
         bar.close()
     card = dataset_card(corpus, tasks, files)

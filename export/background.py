@@ -5,7 +5,8 @@ the next batch of rows (reading tasks, describing them, making Arrow arrays) hol
 writer thread the two overlap on two cores. ``OrderedWriter`` runs the calls it is given in
 one thread, in the order given (a ``ParquetWriter`` is used by that thread alone), keeps at
 most ``depth`` calls waiting so that finished tables do not pile up in memory, and raises a
-call's error in the caller at the next ``submit`` or at ``finish``.
+call's error in the caller at the next ``submit`` or at ``finish``; the calls queued after a
+failed one do not run.
 """
 
 from __future__ import annotations
@@ -33,13 +34,24 @@ class OrderedWriter:
         self.depth = depth
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="whatif-export-writer")
         self._pending: deque[Future] = deque()
+        self._failed = False  # set in the thread by a failed call: later calls are skipped
 
     def submit(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """Queue ``call(*args, **kwargs)`` after the calls queued before it; first wait while
         ``depth`` calls are queued, raising the error of any that failed."""
         while len(self._pending) >= self.depth:
             self._pending.popleft().result()
-        self._pending.append(self._pool.submit(call, *args, **kwargs))
+        self._pending.append(self._pool.submit(self._run, call, args, kwargs))
+
+    def _run(self, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> None:
+        """``call`` in the writer thread, unless an earlier call failed."""
+        if self._failed:
+            return
+        try:
+            call(*args, **kwargs)
+        except BaseException:
+            self._failed = True
+            raise
 
     def finish(self) -> None:
         """Wait for every queued call, in order; raise the first error."""

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from whatif_bench.export import ExportError, export_corpus
 from whatif_bench.export import api as export_api
 from whatif_bench.export import parquet as pq_format
 from whatif_bench.generator import Corpus
+from whatif_bench.outputs import OutputError
 
 TARGETS = ("sumo/flow_loop_e_0_near", "epanet/pressure_10")
 
@@ -325,6 +327,37 @@ def test_a_failure_or_ctrl_c_leaves_the_old_export_and_no_temporary_folder(
     with pytest.raises(type(error)):
         export_corpus(corpus_path, "parquet", out, overwrite=True, progress=False)
     assert len(calls) == 2
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock", "o"]
+
+
+def test_a_full_disk_in_the_background_writer_leaves_the_old_export(
+    corpus_path, tmp_path, monkeypatch
+):
+    """The row groups are written by a background thread: its error ends the export as one
+    in the main thread would (one ``OutputError``), the old export kept, no temporary left."""
+    import errno
+
+    import pyarrow.parquet as pq
+
+    out = export_corpus(
+        corpus_path, "parquet", tmp_path / "o", subset=0.05, futures=REPLAY, progress=False
+    )
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    calls = []
+    original = pq.ParquetWriter.write_table
+
+    def full(self, table, *rest, **options):
+        calls.append(threading.get_ident())
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(self, table, *rest, **options)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
+    monkeypatch.setattr(export_api, "BATCH_TASKS", 10)
+    with pytest.raises(OutputError, match=f"{out}: no space left on the device"):
+        export_corpus(corpus_path, "parquet", out, overwrite=True, progress=False)
+    assert len(calls) == 2 and threading.get_ident() not in calls  # written in the background
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock", "o"]
 

@@ -80,17 +80,17 @@ def task_batches(
     batch writes the same bytes every time."""
     max_tasks = max_tasks or BATCH_TASKS
     max_values = max_values or BATCH_VALUES
-    batch: list = []
+    batch: list[str] = []
     values = 0
     for row in tasks[["task_id", "k", "context", "prediction"]].itertuples(index=False):
         size = (2 * int(row.k) + 2) * int(row.prediction) + (int(row.k) + 1) * int(row.context)
         if batch and (len(batch) >= max_tasks or values + size > max_values):
-            yield batch
+            yield list(corpus.tasks(batch))  # read a chunk of neighbouring tasks at a time
             batch, values = [], 0
-        batch.append(corpus[row.task_id])
+        batch.append(row.task_id)
         values += size
     if batch:
-        yield batch
+        yield list(corpus.tasks(batch))
 
 
 def task_ids_sha256(ids: Sequence[str]) -> str:

@@ -53,8 +53,13 @@ class FloatTexts:
     def __call__(self, values: np.ndarray) -> np.ndarray:
         """The text of every value of ``values`` (any shape, cast to float32), flattened: an
         object array of ``str`` of shape (values.size,)."""
+        import pandas as pd
+
         bits = np.ascontiguousarray(values, dtype=np.float32).ravel().view(np.uint32)
-        patterns, where = np.unique(bits, return_inverse=True)
+        # the distinct patterns in order of first appearance, by hashing: about 4 times faster
+        # than numpy's sort-based unique on a task's values; which order does not matter
+        where, patterns = pd.factorize(bits)
+        patterns = np.asarray(patterns, dtype=np.uint32)
         keys = patterns.tolist()
         get = self._texts.get
         texts = [get(key) for key in keys]

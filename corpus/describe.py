@@ -157,30 +157,18 @@ def coalition_effects_reference(
     length: int,
     factors: np.ndarray,
 ) -> np.ndarray:
-    """``coalition_effects`` the plain way: all 2^K coalitions evaluated at every step."""
+    """``coalition_effects`` the plain way: all 2^K coalitions evaluated at every step
+    (``Relationship.evaluate_coalitions_reference``)."""
     factors = np.asarray(factors, dtype=np.float64)
-    k = factors.shape[0]
-    n = baseline.shape[0]
-    trajectories = _trajectories(relationship, n, length, factors)
-    matrix = np.where(_members(k).T[:, :, None], trajectories[:, None, :], 1.0)  # (K, 2^K, n)
-    tiled = np.tile(baseline, 2**k)
-    values = relationship.evaluate(tiled, np.ascontiguousarray(matrix.reshape(k, -1)))
-    return values.reshape(2**k, n) - baseline[None, :]
+    trajectories = _trajectories(relationship, baseline.shape[0], length, factors)
+    values = relationship.evaluate_coalitions_reference(baseline, trajectories)
+    return values - baseline[None, :]
 
 
 def _trajectories(relationship: Relationship, n: int, length: int, factors: np.ndarray):
     """(K, n) factor trajectories of one event at step 0 of ``length`` steps, cut at ``n``."""
     schedule = EventSchedule(np.array([0]), np.array([length]), factors[None, :])
     return relationship.factor_trajectories(max(length, n), schedule)[:, :n]
-
-
-@functools.lru_cache(maxsize=8)
-def _members(k: int) -> np.ndarray:
-    """(2^K, K) bool: row ``m`` marks the covariates of coalition ``m`` (its set bits)."""
-    masks = np.arange(2**k)
-    members = ((masks[:, None] >> np.arange(k)[None, :]) & 1).astype(bool)
-    members.setflags(write=False)
-    return members
 
 
 @functools.lru_cache(maxsize=8)

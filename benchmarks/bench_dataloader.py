@@ -4,12 +4,15 @@
                                           [--benchmark-worlds] [--corpus FILE] [--repeats 3]
 
 Each phase runs in its own process so its peak RSS is its own (the largest worker's is shown
-apart). The references are plain loops in one process: ``TaskStream`` turning each task into
-an item, and ``Corpus`` reading each task of the file in order. A floor phase runs the
+apart). The references are plain loops in one process: ``TaskStream`` alone, ``TaskStream`` turning
+each task into an item, and ``Corpus`` reading each task of the file in order and turning it
+into an item. A floor phase runs the
 stream's loop and makes each batch's six float arrays, zero-padded as ``collate_tasks`` pads
 them, in plain numpy and nothing else: what padding alone costs. The DataLoader phases put
 ``StreamDataset`` and ``CorpusDataset`` behind a ``DataLoader`` with 0 and 2 workers and
-``collate_tasks`` batches; worker start-up is included. CPU seconds are the main process's and
+``collate_tasks`` batches, and the same datasets in ``PaddedBatches`` (the same batches made
+straight from the tasks; for the stream also ``by_context``, batches of one context label);
+worker start-up is included. CPU seconds are the main process's and
 its workers' (summed), so wall times on a loaded machine can be read against them. Every phase
 first draws one task outside the timed range, so numba's compilation is not timed. The stream
 draws from the training worlds of ``--simulators`` (built and cached on first use) unless
@@ -89,7 +92,13 @@ def _phase(args) -> dict:
     from torch.utils.data import DataLoader
 
     from whatif_bench.generator import Corpus
-    from whatif_bench.stream import CorpusDataset, StreamDataset, collate_tasks, task_item
+    from whatif_bench.stream import (
+        CorpusDataset,
+        PaddedBatches,
+        StreamDataset,
+        collate_tasks,
+        task_item,
+    )
 
     source, _, workers = args.phase.partition("-")
     stream = _stream(args) if source == "stream" else None
@@ -99,11 +108,14 @@ def _phase(args) -> dict:
     cpu_before = before.ru_utime + before.ru_stime
     started = time.perf_counter()
     n = 0
-    if workers == "loop" and stream is not None:
+    if workers == "raw" and stream is not None:
+        for _task in stream:
+            n += 1
+    elif workers == "loop" and stream is not None:
         for slot, task in enumerate(stream):
             task_item(task, slot)
             n += 1
-    elif workers == "padded":
+    elif workers == "padded" and stream is not None:
         items = []
         for slot, task in enumerate(stream):
             items.append(task_item(task, slot))
@@ -118,12 +130,17 @@ def _phase(args) -> dict:
                 n += 1
     else:
         dataset = StreamDataset(stream) if stream is not None else CorpusDataset(args.corpus)
-        loader = DataLoader(
-            dataset,
-            batch_size=args.batch_size,
-            num_workers=int(workers),
-            collate_fn=collate_tasks,
-        )
+        kind, _, count = workers.rpartition("-")
+        if kind:  # "batched-W" or "context-W": PaddedBatches
+            batches = PaddedBatches(dataset, args.batch_size, by_context=kind == "context")
+            loader = batches.loader(num_workers=int(count))
+        else:
+            loader = DataLoader(
+                dataset,
+                batch_size=args.batch_size,
+                num_workers=int(workers),
+                collate_fn=collate_tasks,
+            )
         for batch in loader:
             n += len(batch["task_id"])
     seconds = time.perf_counter() - started
@@ -181,13 +198,20 @@ def main() -> None:
     if not args.benchmark_worlds:
         _stream(args).entries()  # builds missing training worlds once, before any timing
     phases = (
+        "stream-raw",
         "stream-loop",
         "stream-padded",
         "stream-0",
+        "stream-batched-0",
+        "stream-context-0",
         "stream-2",
+        "stream-batched-2",
+        "stream-context-2",
         "corpus-loop",
         "corpus-0",
+        "corpus-batched-0",
         "corpus-2",
+        "corpus-batched-2",
     )
     load_before = load_average()
     results = {}
@@ -209,39 +233,45 @@ def main() -> None:
         f"load average {load_before} before, {load_average()} after"
     )
     labels = {
+        "stream-raw": "reference: TaskStream alone",
         "stream-loop": "reference: TaskStream -> task_item",
         "stream-padded": "floor: the loop + padded float arrays",
         "stream-0": "DataLoader(StreamDataset), 0 workers",
+        "stream-batched-0": "PaddedBatches(StreamDataset), 0 workers",
+        "stream-context-0": "the same, by_context, 0 workers",
         "stream-2": "DataLoader(StreamDataset), 2 workers",
+        "stream-batched-2": "PaddedBatches(StreamDataset), 2 workers",
+        "stream-context-2": "the same, by_context, 2 workers",
         "corpus-loop": "reference: Corpus -> task_item",
         "corpus-0": "DataLoader(CorpusDataset), 0 workers",
+        "corpus-batched-0": "PaddedBatches(CorpusDataset), 0 workers",
         "corpus-2": "DataLoader(CorpusDataset), 2 workers",
+        "corpus-batched-2": "PaddedBatches(CorpusDataset), 2 workers",
     }
     print(
-        f"{'phase':<40} {'tasks':>7} {'wall s':>8} {'tasks/s':>9} {'CPU s':>7} "
-        f"{'worker CPU s':>13} {'peak RSS MiB':>13} {'worker MiB':>11}"
+        f"{'phase':<42} {'tasks':>7} {'wall s':>8} {'tasks/s':>9} {'x loop':>7} {'x raw':>6} "
+        f"{'CPU s':>7} {'worker CPU s':>13} {'peak RSS MiB':>13} {'worker MiB':>11}"
     )
     for phase, r in results.items():
         pooled = phase.endswith("-2")
+        source = phase.partition("-")[0]
+        # speed against the plain loop of the same source, and against the bare stream
+        loop = results[f"{source}-loop"]["seconds"] / r["seconds"]
+        raw = results["stream-raw"]["seconds"] / r["seconds"] if source == "stream" else None
         print(
-            f"{labels[phase]:<40} {r['tasks']:>7,} {r['seconds']:>8.2f} "
-            f"{r['tasks'] / r['seconds']:>9,.0f} {r['cpu_seconds']:>7.2f} "
+            f"{labels[phase]:<42} {r['tasks']:>7,} {r['seconds']:>8.2f} "
+            f"{r['tasks'] / r['seconds']:>9,.0f} {loop:>6.2f}x "
+            + (f"{raw:>5.2f}x" if raw is not None else f"{'-':>6}")
+            + f" {r['cpu_seconds']:>7.2f} "
             + (f"{r['worker_cpu_seconds']:>13.2f}" if pooled else f"{'-':>13}")
             + f" {r['peak_mib']:>13,.0f} "
             + (f"{r['worker_peak_mib']:>11,.0f}" if pooled else f"{'-':>11}")
         )
-    for source in ("stream", "corpus"):
-        reference = results[f"{source}-loop"]["seconds"]
-        ratios = ", ".join(
-            f"{w} workers {reference / results[f'{source}-{w}']['seconds']:.2f}x" for w in (0, 2)
-        )
-        print(f"{source}: DataLoader speed against the plain loop: {ratios}")
-        if source == "stream":
-            floor = reference / results["stream-padded"]["seconds"]
-            print(
-                f"stream: the plain loop with the batches' padded float arrays made in plain "
-                f"numpy (no checks, masks, integers or texts): {floor:.2f}x the plain loop"
-            )
+    print(
+        "x loop: speed against the plain loop of the same source (TaskStream or Corpus -> "
+        "task_item); x raw: against TaskStream alone. The floor makes the plain loop's batches' "
+        "padded float arrays in plain numpy (no checks, masks, integers or texts)."
+    )
     folder.cleanup()
 
 

@@ -3,8 +3,8 @@
 ``TaskStream(seed)`` yields verified tasks cut from training worlds (real simulator runs the
 benchmark never uses); ``whatif stream`` writes a counted stream as Parquet or HDF5 shards
 (docs/STREAM_FORMAT.md). With the ``train`` extra, ``StreamDataset``/``CorpusDataset`` and
-``collate_tasks`` feed PyTorch, and ``ForecastEnv`` (``whatif/Forecast-v0``) is a one-step
-Gymnasium environment. See docs/TRAINING.md.
+``collate_tasks`` (or, faster, ``PaddedBatches``) feed PyTorch, and ``ForecastEnv``
+(``whatif/Forecast-v0``) is a one-step Gymnasium environment. See docs/TRAINING.md.
 """
 
 from typing import TYPE_CHECKING
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from whatif_bench._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from whatif_bench.stream.batches import PaddedBatches, as_made, pad_tasks
     from whatif_bench.stream.distribution import AxisDistribution, DistributionError
     from whatif_bench.stream.gym_env import ENV_ID, EnvError, ForecastEnv, register_envs
     from whatif_bench.stream.h5shard import read_shard
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 
 # Imported on first use (see whatif_bench._lazy), so the command line stays light.
 _EXPORTS = {
+    "PaddedBatches": "whatif_bench.stream.batches",
+    "pad_tasks": "whatif_bench.stream.batches",
+    "as_made": "whatif_bench.stream.batches",
     "AxisDistribution": "whatif_bench.stream.distribution",
     "DistributionError": "whatif_bench.stream.distribution",
     "ENV_ID": "whatif_bench.stream.gym_env",
@@ -53,6 +57,7 @@ __all__ = [
     "DistributionError",
     "EnvError",
     "ForecastEnv",
+    "PaddedBatches",
     "SeedError",
     "SourceError",
     "StreamDataset",
@@ -60,7 +65,9 @@ __all__ = [
     "StreamStats",
     "TaskStream",
     "WorldSource",
+    "as_made",
     "collate_tasks",
+    "pad_tasks",
     "read_shard",
     "register_envs",
     "resolve_seed",

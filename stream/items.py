@@ -68,41 +68,47 @@ def task_item(task: Task, index: int) -> dict:
     dict
         float32 numpy arrays ``history_target`` (C,), ``history_covariates`` (K, C),
         ``future_covariates`` (K, H), ``future_target`` (H,), ``counterfactual_history`` (C,)
-        and ``counterfactual_future`` (H,), in physical units; ints ``index``, ``k``,
-        ``context_length`` (C), ``prediction_length`` (H), ``event_length`` (steps),
-        ``interval_s`` (seconds a step), ``start_step`` (window start in its baseline),
-        ``future_index`` (0 replay, 1 novel, 2 restraint), ``c_index`` (0..3 for C1..C4), ``e_index``
-        (0 Efew, 1 Emax); strings ``task_id``, ``simulator``, ``target``, ``unit`` (the
-        target's), ``future``, ``c_label``, ``e_setting``, ``world``, ``start`` (ISO time of the
-        first history step); ``covariates``, the K covariate names.
+        and ``counterfactual_future`` (H,), in physical units; then ``task_fields(task,
+        index)``.
     """
     item: dict[str, Any] = {
         name: np.ascontiguousarray(getattr(task, name), dtype=ITEM_DTYPE)
         for name in (*HISTORY_ARRAYS, *FUTURE_ARRAYS)
     }
-    item.update(
-        index=int(index),
-        k=int(task.k),
-        context_length=task.context_length,
-        prediction_length=task.prediction_length,
-        event_length=int(task.event_length),
-        interval_s=int(task.interval_s),
-        start_step=int(task.start_step),
-        future_index=future_choices().index(task.future),
-        c_index=CONTEXT_LABELS.index(task.c_label),
-        e_index=E_SETTINGS.index(task.e_setting),
-        task_id=task.task_id,
-        simulator=task.simulator,
-        target=task.target,
-        unit=task.units.get(task.target, ""),
-        future=task.future,
-        c_label=task.c_label,
-        e_setting=task.e_setting,
-        world=task.world,
-        start=start_text(task.baseline_start, task.start_step * task.interval_s),
-        covariates=tuple(task.covariates),
-    )
+    item.update(task_fields(task, index))
     return item
+
+
+def task_fields(task: Task, index: int) -> dict:
+    """A task's item without its arrays: ints ``index``, ``k``, ``context_length`` (C),
+    ``prediction_length`` (H), ``event_length`` (steps), ``interval_s`` (seconds a step),
+    ``start_step`` (window start in its baseline), ``future_index`` (0 replay, 1 novel, 2
+    restraint), ``c_index`` (0..3 for C1..C4), ``e_index`` (0 Efew, 1 Emax); strings
+    ``task_id``, ``simulator``, ``target``, ``unit`` (the target's), ``future``, ``c_label``,
+    ``e_setting``, ``world``, ``start`` (ISO time of the first history step); ``covariates``,
+    the K covariate names."""
+    return {
+        "index": int(index),
+        "k": int(task.k),
+        "context_length": task.context_length,
+        "prediction_length": task.prediction_length,
+        "event_length": int(task.event_length),
+        "interval_s": int(task.interval_s),
+        "start_step": int(task.start_step),
+        "future_index": future_choices().index(task.future),
+        "c_index": CONTEXT_LABELS.index(task.c_label),
+        "e_index": E_SETTINGS.index(task.e_setting),
+        "task_id": task.task_id,
+        "simulator": task.simulator,
+        "target": task.target,
+        "unit": task.units.get(task.target, ""),
+        "future": task.future,
+        "c_label": task.c_label,
+        "e_setting": task.e_setting,
+        "world": task.world,
+        "start": start_text(task.baseline_start, task.start_step * task.interval_s),
+        "covariates": tuple(task.covariates),
+    }
 
 
 def pad_history(values: np.ndarray, length: int, rows: int | None = None) -> np.ndarray:

@@ -27,13 +27,14 @@ import numpy as np
 
 try:
     import torch
+    from torch.utils.data import DataLoader as DataLoader  # re-exported for stream/batches.py
     from torch.utils.data import IterableDataset, get_worker_info
 except ImportError as exc:  # pragma: no cover - the test venv installs the extra
     raise ImportError(
         "install PyTorch to use the whatif_bench.stream datasets: pip install 'whatif-bench[train]'"
     ) from exc
 
-from whatif_bench.corpus import Corpus, CorpusError
+from whatif_bench.corpus import Corpus, CorpusError, Task
 from whatif_bench.seeding import rng, spawn_code
 from whatif_bench.stream.items import (
     COVARIATE_ARRAYS,
@@ -138,11 +139,16 @@ class StreamDataset(IterableDataset):
         return iter(range(first + shard, first + stream.count, num_shards))
 
     def __iter__(self) -> Iterator[dict]:
+        for slot, task in self.indexed_tasks():
+            yield task_item(task, slot)
+
+    def indexed_tasks(self) -> Iterator[tuple[int, Task]]:
+        """``(slot, task)`` of each task the calling worker makes this epoch, in order: what
+        ``__iter__`` makes its items of (``PaddedBatches`` batches them)."""
         shard, num_shards = worker_shard(self.rank, self.world_size)
         stream, slots = self.stream, self.slots(shard, num_shards)
         while batch := list(itertools.islice(slots, BATCH_SLOTS)):  # a kernel call per batch
-            for slot, task in zip(batch, stream.tasks(batch), strict=True):
-                yield task_item(task, slot)
+            yield from zip(batch, stream.tasks(batch), strict=True)
 
 
 class CorpusDataset(IterableDataset):
@@ -217,6 +223,12 @@ class CorpusDataset(IterableDataset):
         return self.order()[self.rank :: self.world_size][worker::num_workers]
 
     def __iter__(self) -> Iterator[dict]:
+        for position, task in self.indexed_tasks():
+            yield task_item(task, position)
+
+    def indexed_tasks(self) -> Iterator[tuple[int, Task]]:
+        """``(position, task)`` of each task the calling worker makes this epoch, in order (its
+        place in ``task_ids``): what ``__iter__`` makes its items of."""
         info = get_worker_info()
         worker = (0, 1) if info is None else (info.id, info.num_workers)
         positions = self.positions(*worker).tolist()
@@ -230,7 +242,7 @@ class CorpusDataset(IterableDataset):
                     raise CorpusError(
                         f"{self.path}: {exc.args[0]}; the file changed after the dataset was made"
                     ) from None
-                yield task_item(task, position)
+                yield position, task
 
 
 # what a batch cannot do without: the arrays that are padded and the lengths that shape them
@@ -292,24 +304,49 @@ def collate_tasks(
     """
     if not items:
         raise StreamError("cannot collate an empty batch")
-    for name, value in (
-        ("k_max", k_max),
-        ("context_max", context_max),
-        ("horizon_max", horizon_max),
-    ):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise StreamError(f"{name} must be a positive integer or None, got {value!r}")
+    limits = check_limits(k_max, context_max, horizon_max)
     _require(items, (*REQUIRED_ARRAYS, *REQUIRED_INTS))
     arrays = _fields(items, (*HISTORY_ARRAYS, *FUTURE_ARRAYS))
     ints = _fields(items, INT_FIELDS)
     texts = _fields(items, TEXT_FIELDS)
-    numbers = {name: _integers(items, name) for name in ints}
+    return padded_batch(
+        {name: [_values(item[name], name) for item in items] for name in arrays},
+        {name: _integers(items, name) for name in ints},
+        {name: [item[name] for item in items] for name in texts},
+        *limits,
+    )
+
+
+def check_limits(
+    k_max: int | None, context_max: int | None, horizon_max: int | None
+) -> tuple[int | None, int | None, int | None]:
+    """The three limits as given; a ``StreamError`` for one that is neither ``None`` nor a
+    positive integer."""
+    limits = (k_max, context_max, horizon_max)
+    for name, value in zip(("k_max", "context_max", "horizon_max"), limits, strict=True):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise StreamError(f"{name} must be a positive integer or None, got {value!r}")
+    return limits
+
+
+def padded_batch(
+    arrays: Mapping[str, Sequence[np.ndarray]],
+    numbers: Mapping[str, Sequence[int]],
+    texts: Mapping[str, Sequence],
+    k_max: int | None,
+    context_max: int | None,
+    horizon_max: int | None,
+) -> dict:
+    """The batch ``collate_tasks`` returns, from its B rows' fields by name, checked: ``arrays``
+    (B arrays of numbers each, (T,) or (K, T) as ``ROW_NDIM`` says; any float dtype, cast to
+    float32 as they are placed), ``numbers`` (B ints each, ``k``, ``context_length`` and
+    ``prediction_length`` among them) and ``texts`` (B values each)."""
     k_max = max(numbers["k"]) if k_max is None else k_max
     context_max = max(numbers["context_length"]) if context_max is None else context_max
     horizon_max = max(numbers["prediction_length"]) if horizon_max is None else horizon_max
-    size = len(items)
+    size = len(numbers["k"])
     shapes = {
         name: (
             size,
@@ -320,8 +357,8 @@ def collate_tasks(
     }
     # one storage per dtype: a worker hands a batch over in 3 shared-memory segments, not 25
     batch = _carve(ITEM_DTYPE, shapes)
-    for name in arrays:
-        _place_rows(batch[name].numpy(), items, name)
+    for name, rows in arrays.items():
+        _place_rows(batch[name].numpy(), rows, name)
     masks: dict[str, tuple[int, ...]] = {
         "history_mask": (size, context_max),
         "future_mask": (size, horizon_max),
@@ -335,10 +372,10 @@ def collate_tasks(
     k = np.asarray(numbers["k"])
     batch["covariate_mask"].numpy()[...] = np.arange(k_max) < k[:, None]
     # numpy builds the table from the lists several times faster than torch.tensor
-    table = _in_batch_memory(np.array([numbers[name] for name in ints], dtype=np.int64))
-    batch.update(zip(ints, table, strict=True))
-    for name in texts:
-        batch[name] = [item[name] for item in items]
+    table = _in_batch_memory(np.array([numbers[name] for name in numbers], dtype=np.int64))
+    batch.update(zip(numbers, table, strict=True))
+    for name, column in texts.items():
+        batch[name] = list(column)
     return batch
 
 
@@ -369,14 +406,14 @@ def _fields(items: Sequence[Mapping], names: Sequence[str]) -> list[str]:
     return [name for name in names if not missing[name]]
 
 
-def _place_rows(out: np.ndarray, items: Sequence[Mapping], name: str) -> None:
-    """Each item's ``name`` array into its row of the zeroed ``out`` (B, L) or (B, R, L), as
-    ``place_history`` or ``place_future`` places one (they trim a long history or raise the
-    error); the common case, an array that fits, is placed here without their per-call work."""
+def _place_rows(out: np.ndarray, rows: Sequence[np.ndarray], name: str) -> None:
+    """Each of the B ``rows`` of array ``name`` into its row of the zeroed ``out`` (B, L) or
+    (B, R, L), as ``place_history`` or ``place_future`` places one (they trim a long history or
+    raise the error); the common case, an array that fits, is placed here without their
+    per-call work."""
     place = place_history if name in HISTORY_ARRAYS else place_future
     history, length = place is place_history, out.shape[-1]
-    for row, item in enumerate(items):
-        values = _values(item[name], name)
+    for row, values in enumerate(rows):
         steps = values.shape[-1]
         if steps > length or (values.ndim == 2 and values.shape[0] > out.shape[1]):
             place(out[row], values)

@@ -9,6 +9,7 @@ baselines.
 from __future__ import annotations
 
 import functools
+import pickle
 import sys
 from collections import Counter
 
@@ -231,6 +232,17 @@ def test_what_is_not_a_task_dataset_or_a_batch_is_refused(tasks):
     longest = max(tasks, key=lambda task: task.prediction_length)
     with pytest.raises(StreamError, match=f"does not fit in {short} steps"):
         pad_tasks([longest], [0], horizon_max=short)
+
+
+def test_batches_survive_pickling_as_spawned_workers_receive_them(sources, corpus_path):
+    for dataset in (
+        StreamDataset(TaskStream(SEED, count=20, sources=sources)),
+        CorpusDataset(corpus_path, shuffle=True, seed=2),
+    ):
+        padded = PaddedBatches(dataset, 7, by_context=True, k_max=5)
+        again = pickle.loads(pickle.dumps(padded))
+        for batch, wanted in zip(again, padded, strict=True):
+            assert_same_batch(batch, wanted)
 
 
 def test_one_worker_hands_over_the_batch_the_main_process_makes(sources):

@@ -46,21 +46,21 @@ class GuardedFile:
         return self.position
 
     def write(self, data) -> int:
-        data = bytes(data)
+        view = memoryview(data).cast("B")  # h5py's buffer: valid only during this call
+        size = view.nbytes
         if self.error is None:
             try:
-                view = memoryview(data)
                 done = 0
-                while done < len(data):
+                while done < size:
                     done += os.pwrite(self.fd, view[done:], self.position + done)
             except OSError as exc:
                 self.error = exc
         if self.error is not None:
             self.overflow.pop(self.position, None)  # re-inserted last: the newest wins
-            self.overflow[self.position] = data
-        self.position += len(data)
+            self.overflow[self.position] = bytes(view)  # a copy: the buffer is h5py's
+        self.position += size
         self.size = max(self.size, self.position)
-        return len(data)
+        return size
 
     def read(self, size: int = -1) -> bytes:
         if size < 0:

@@ -9,6 +9,7 @@ Writes go through ``h5write.GuardedFile``, so a full disk is an ``OSError``, nev
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -156,10 +157,10 @@ class CorpusWriter:
 
     def add_target(self, relationship, results: list[PairResult]) -> None:
         """Append one target's pairs (in canonical order)."""
+        reasons = [result.drop_reason for result in results]  # (from the ratios: once a pair)
+        self._add_rows(results, reasons)
         chunks: dict[str, list[np.ndarray]] = {name: [] for name in DATA_DATASETS}
-        for result in results:
-            reason = result.drop_reason  # (computed from the ratios: once per pair)
-            self._add_row(result, reason)
+        for result, reason in zip(results, reasons, strict=True):
             if not reason:
                 for name in DATA_DATASETS:
                     chunks[name].append(result.arrays[name].reshape(-1))
@@ -171,54 +172,66 @@ class CorpusWriter:
         self.chunks.write_before(self.chunks.mark)
         self.guard.check()  # a full disk stops the run here, not after the last target
 
-    def _add_row(self, result: PairResult, reason: str) -> None:
-        recipe = result.recipe
-        key, layout = recipe.key, recipe.layout
-        k, context, prediction = key.k, layout.context, layout.prediction
-        kept = not reason
-        row = {
-            "pair_id": key.pair_id,
-            "simulator": key.simulator,
-            "target": key.target,
-            "c_label": key.c_label,
-            "e_setting": key.e_setting,
+    def _add_rows(self, results: list[PairResult], reasons: list[str]) -> None:
+        """The pairs' rows of ``/pairs`` (a column at a time), their events and factors, in
+        order; ``reasons`` are their drop reasons (``""``: kept). Offsets run on from the
+        previous target's: a dropped pair's task-array offsets are -1."""
+        recipes = [result.recipe for result in results]
+        keys = [recipe.key for recipe in recipes]
+        layouts = [recipe.layout for recipe in recipes]
+        kept = [not reason for reason in reasons]
+        k = [key.k for key in keys]
+        context = [layout.context for layout in layouts]
+        prediction = [layout.prediction for layout in layouts]
+        n_events = [recipe.n_events for recipe in recipes]
+        factor_sizes = [recipe.factors.size for recipe in recipes]
+        columns: dict[str, list] = {
+            "pair_id": [key.pair_id for key in keys],
+            "simulator": [key.simulator for key in keys],
+            "target": [key.target for key in keys],
+            "c_label": [key.c_label for key in keys],
+            "e_setting": [key.e_setting for key in keys],
             "k": k,
-            "event_length": key.event_length,
-            "n_events": recipe.n_events,
+            "event_length": [key.event_length for key in keys],
+            "n_events": n_events,
             "context": context,
             "prediction": prediction,
-            "window_start": recipe.window_start,
-            "replay_source": recipe.replay_source,
+            "window_start": [recipe.window_start for recipe in recipes],
+            "replay_source": [recipe.replay_source for recipe in recipes],
             "kept": kept,
-            "drop_reason": reason,
-            "min_history_ratio": float(result.history_ratios.min()),
-            "replay_ratio": result.replay_ratio,
-            "novel_ratio": result.novel_ratio,
-            "event_offset": self.event_offset,
-            "factor_offset": self.factor_offset,
-            "kfactor_offset": self.kfactor_offset,
+            "drop_reason": list(reasons),
+            "min_history_ratio": [float(result.history_ratios.min()) for result in results],
+            "replay_ratio": [result.replay_ratio for result in results],
+            "novel_ratio": [result.novel_ratio for result in results],
+            "event_offset": _running(self.event_offset, n_events),
+            "factor_offset": _running(self.factor_offset, factor_sizes),
+            "kfactor_offset": _running(self.kfactor_offset, k),
         }
         sizes = {
             "history_target": context,
-            "history_covariates": k * context,
-            "future_target": 2 * prediction,
-            "future_covariates": 2 * k * prediction,
+            "history_covariates": [n * c for n, c in zip(k, context, strict=True)],
+            "future_target": [2 * p for p in prediction],
+            "future_covariates": [2 * n * p for n, p in zip(k, prediction, strict=True)],
         }
         for name in DATA_DATASETS:
-            row[f"{name}_offset"] = self.offsets[name] if kept else -1
-            if kept:
-                self.offsets[name] += sizes[name]
-        for column, value in row.items():
-            self.columns.setdefault(column, []).append(value)
-        self.events["start"].extend(layout.starts)
-        self.events["direction"].extend(recipe.directions.tolist())
-        self.events["ratio"].extend(result.history_ratios.tolist())
-        self.factors.append(recipe.factors.reshape(-1))
-        self.future_factors["replay"].append(recipe.replay_factors)
-        self.future_factors["novel"].append(recipe.novel_factors)
-        self.event_offset += recipe.n_events
-        self.factor_offset += recipe.factors.size
-        self.kfactor_offset += k
+            kept_sizes = [size if keep else 0 for size, keep in zip(sizes[name], kept, strict=True)]
+            offsets = _running(self.offsets[name], kept_sizes)
+            columns[f"{name}_offset"] = [
+                o if keep else -1 for o, keep in zip(offsets, kept, strict=True)
+            ]
+            self.offsets[name] += sum(kept_sizes)
+        for column, values in columns.items():
+            self.columns.setdefault(column, []).extend(values)
+        for recipe, result in zip(recipes, results, strict=True):
+            self.events["start"].extend(recipe.layout.starts)
+            self.events["direction"].extend(recipe.directions.tolist())
+            self.events["ratio"].extend(result.history_ratios.tolist())
+            self.factors.append(recipe.factors.reshape(-1))
+            self.future_factors["replay"].append(recipe.replay_factors)
+            self.future_factors["novel"].append(recipe.novel_factors)
+        self.event_offset += sum(n_events)
+        self.factor_offset += sum(factor_sizes)
+        self.kfactor_offset += sum(k)
 
     def _finish(self) -> None:
         import h5py
@@ -300,3 +313,8 @@ class CorpusWriter:
             self.h5.close()
         finally:
             self.guard.finish()  # fsync; raises the first failed write (full disk)
+
+
+def _running(start: int, sizes: list[int]) -> list[int]:
+    """Each item's offset when items of ``sizes`` follow one another from ``start``."""
+    return list(itertools.accumulate(sizes[:-1], initial=start)) if sizes else []

@@ -26,6 +26,7 @@ from concurrent.futures import Executor, Future
 import numpy as np
 
 LEVEL = 1  # gzip level of the corpus's task arrays (docs/CORPUS_FORMAT.md)
+GROUP = 16  # consecutive chunks of one dataset compressed as one piece of the pool's work
 
 
 def create_task_array(group, name: str, chunk: int):
@@ -52,22 +53,30 @@ def shuffle_and_deflate(chunk: np.ndarray) -> bytes:
     return zlib.compress(shuffled.data, LEVEL)
 
 
+def deflate_all(chunks: list[np.ndarray]) -> list[bytes]:
+    """``shuffle_and_deflate`` of each chunk, in order."""
+    return [shuffle_and_deflate(chunk) for chunk in chunks]
+
+
 class ChunkQueue:
     """Compresses chunks in ``pool`` (None: at once, in this thread) and writes them in the
-    order they were submitted."""
+    order they were submitted. Chunks come in groups of consecutive chunks of one dataset, each
+    group one piece of the pool's work (a future a chunk cost the submitting thread about as
+    much as writing the chunk)."""
 
     def __init__(self, pool: Executor | None = None) -> None:
         self.pool = pool
         self.waiting: deque[tuple[int, ChunkAppender, int, Future]] = deque()
         self.mark = 0  # the number of the current block of work
 
-    def submit(self, appender: ChunkAppender, index: int, chunk: np.ndarray) -> None:
-        """Queue chunk ``index`` (CHUNK,) float32 of ``appender``'s dataset."""
+    def submit(self, appender: ChunkAppender, index: int, chunks: list[np.ndarray]) -> None:
+        """Queue chunks ``index``, ``index + 1``, ... (each (CHUNK,) float32) of
+        ``appender``'s dataset."""
         if self.pool is None:
             future: Future = Future()
-            future.set_result(shuffle_and_deflate(chunk))
+            future.set_result(deflate_all(chunks))
         else:
-            future = self.pool.submit(shuffle_and_deflate, chunk)
+            future = self.pool.submit(deflate_all, chunks)
         self.waiting.append((self.mark, appender, index, future))
 
     def next_block(self) -> None:
@@ -78,7 +87,8 @@ class ChunkQueue:
         """Write every chunk submitted before block ``mark``, in order."""
         while self.waiting and self.waiting[0][0] < mark:
             _, appender, index, future = self.waiting.popleft()
-            appender.write(index, future.result())
+            for number, compressed in enumerate(future.result()):
+                appender.write(index + number, compressed)
 
     def write_all(self) -> None:
         self.write_before(self.mark + 1)
@@ -111,9 +121,11 @@ class ChunkAppender:
         whole = values.size - values.size % self.chunk
         self.size += values.size - self.pending.size
         self.dataset.resize((self.size,))
-        for start in range(0, whole, self.chunk):
-            self.queue.submit(self, self.next_chunk, values[start : start + self.chunk])
-            self.next_chunk += 1
+        starts = range(0, whole, self.chunk)
+        for first in range(0, len(starts), GROUP):
+            group = [values[start : start + self.chunk] for start in starts[first : first + GROUP]]
+            self.queue.submit(self, self.next_chunk, group)
+            self.next_chunk += len(group)
         self.pending = values[whole:].copy()
 
     def finish(self) -> None:
@@ -121,7 +133,7 @@ class ChunkAppender:
         if self.pending.size:
             padded = np.zeros(self.chunk, dtype=np.float32)
             padded[: self.pending.size] = self.pending
-            self.queue.submit(self, self.next_chunk, padded)
+            self.queue.submit(self, self.next_chunk, [padded])
             self.next_chunk += 1
             self.pending = padded[:0]
 

@@ -57,7 +57,8 @@ def write(path: Path, parts: list[np.ndarray], threads: int) -> list[tuple[int, 
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    sizes=st.lists(st.integers(0, 300), min_size=1, max_size=6),
+    # up to 46 whole chunks a part: several groups (chunks.GROUP) in one append
+    sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=6),
     seed=st.integers(0, 2**32 - 1),
     scale=st.sampled_from([0.0, 1.0, 1e30]),
     threads=st.sampled_from([1, 2, 3]),

@@ -195,6 +195,7 @@ def _check_baselines(corpus: Corpus, registry, given, report: VerifyReport) -> N
     group = corpus._h5["baselines"]
     targets = corpus.pairs[["simulator", "target"]].drop_duplicates().itertuples(index=False)
     simulator_hashes = {}
+    given_hashes = {s: baselines.content_hash() for s, baselines in given.items()}  # once each
     for simulator, target in targets:
         sim, where = group[simulator], f"/baselines/{simulator}/{target}"
         dataset = sim[target]
@@ -234,7 +235,7 @@ def _check_baselines(corpus: Corpus, registry, given, report: VerifyReport) -> N
                     f"{expected.get(key)!r}"
                 )
         item = given.get(simulator)
-        if item is None or item.content_hash() != simulator_hashes[simulator]:
+        if item is None or given_hashes[simulator] != simulator_hashes[simulator]:
             continue
         for name, mine, theirs in (
             ("interval_s", interval_s, item.interval_s),
@@ -253,9 +254,7 @@ def _check_baselines(corpus: Corpus, registry, given, report: VerifyReport) -> N
             f"attribute baselines_hash: stored {corpus.attrs.get('baselines_hash')!r}, the "
             f"embedded simulators' hashes combine to {combined!r}"
         )
-    others = sorted(
-        s for s, h in simulator_hashes.items() if s in given and given[s].content_hash() != h
-    )
+    others = sorted(s for s, h in simulator_hashes.items() if s in given and given_hashes[s] != h)
     if given and others:
         report.warnings.append(
             f"the corpus was built from other {', '.join(others)} baselines than the given file; "

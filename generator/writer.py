@@ -134,13 +134,16 @@ class CorpusWriter:
     def _write_baselines(self) -> None:
         group = self.h5.create_group("baselines", track_order=True)
         seen = {}
+        hashes: dict[int, str] = {}  # a simulator's hash covers all its series: once each
         for relationship, baselines in self.selection:
             seen[baselines.simulator] = baselines
+            if id(baselines) not in hashes:
+                hashes[id(baselines)] = baselines.content_hash()
             sim = group.require_group(baselines.simulator)
             sim.attrs["interval_s"] = baselines.interval_s
             sim.attrs["start"] = baselines.start
             sim.attrs["simulator_version"] = baselines.simulator_version
-            sim.attrs["content_hash"] = baselines.content_hash()
+            sim.attrs["content_hash"] = hashes[id(baselines)]
             values = baselines.series[relationship.target]
             dataset = sim.create_dataset(relationship.target, data=values, track_times=False)
             dataset.attrs["unit"] = relationship.unit
@@ -153,7 +156,7 @@ class CorpusWriter:
                 baselines.start,
                 values,
             )
-        self.baselines_hash = combine_hashes({s: b.content_hash() for s, b in seen.items()})
+        self.baselines_hash = combine_hashes({s: hashes[id(b)] for s, b in seen.items()})
 
     def add_target(self, relationship, results: list[PairResult]) -> None:
         """Append one target's pairs (in canonical order)."""

@@ -89,9 +89,10 @@ def _baseline_time(text: str) -> pd.Timestamp:
 
 
 def start_text(baseline_start: str, seconds: int) -> str:
-    """``Task.start.isoformat()`` of a task ``seconds`` after its baseline's start, with the
-    standard library's datetime (pandas' Timestamp arithmetic costs ~15 us a task)."""
-    return (_baseline_datetime(baseline_start) + datetime.timedelta(seconds=seconds)).isoformat()
+    """``Task.start.isoformat()`` of a task ``seconds`` after its baseline's start: as
+    ``window_start_text`` makes it (the standard library's datetime where that is exact; pandas'
+    Timestamp arithmetic costs ~15 us a task), so a start with nanoseconds keeps them."""
+    return window_start_text(baseline_start, seconds, 1)
 
 
 @functools.lru_cache(maxsize=256)

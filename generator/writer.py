@@ -179,6 +179,8 @@ class CorpusWriter:
         """The pairs' rows of ``/pairs`` (a column at a time), their events and factors, in
         order; ``reasons`` are their drop reasons (``""``: kept). Offsets run on from the
         previous target's: a dropped pair's task-array offsets are -1."""
+        if not results:  # no columns for a target without pairs ("nothing was generated")
+            return
         recipes = [result.recipe for result in results]
         keys = [recipe.key for recipe in recipes]
         layouts = [recipe.layout for recipe in recipes]

@@ -2,10 +2,11 @@
 DataLoader.
 
 ``DataLoader(dataset, batch_size=B, collate_fn=collate_tasks)`` turns each task into a
-``task_item`` (six float32 copies of its arrays), then copies those into the padded batch.
+``task_item`` dict, then checks each item's arrays as it copies them into the padded batch.
 ``PaddedBatches(dataset, B).loader(num_workers=W)`` (a ``DataLoader`` with ``batch_size=None``
-and ``collate_fn=as_made``) casts each task's float64 arrays once, into the batch: the same
-batches, tensor for tensor, in less time (``benchmarks/bench_dataloader.py``). With
+and ``collate_fn=as_made``) copies each task's arrays into the batch with neither: the same
+batches, tensor for tensor, a little faster with no workers and no faster with workers
+(``benchmarks/bench_dataloader.py``; the arrays are float32 already, so the copy is the same). With
 ``by_context=True`` each batch holds tasks of one context label (C1..C4), whose histories are
 of nearly one length, so a batch is mostly tasks rather than padding. Needs the ``train``
 extra.
@@ -47,7 +48,7 @@ def pad_tasks(
     horizon_max: int | None = None,
 ) -> dict:
     """The batch ``collate_tasks`` makes of ``[task_item(task, index) ...]``, tensor for tensor,
-    made from the tasks' own arrays (each cast to float32 once, into the batch).
+    made from the tasks' own arrays (copied into the batch, cast to float32 if they are not).
 
     Parameters
     ----------
@@ -102,7 +103,8 @@ class PaddedBatches(IterableDataset):
         Tasks per batch (B >= 1).
     drop_last : bool
         Leave out a worker's last batch when it has fewer than B tasks (``DataLoader``'s
-        ``drop_last``); with ``by_context``, every group's.
+        ``drop_last``); with ``by_context``, every label's last one: up to 4 (B - 1) tasks a
+        worker an epoch.
     by_context : bool
         Batch tasks of one context label (C1..C4) together: each worker keeps up to B - 1 tasks
         of each label waiting and yields a label's batch when it has B, in the order they fill;
@@ -113,7 +115,9 @@ class PaddedBatches(IterableDataset):
     Without ``by_context`` the batches are the ones ``DataLoader(dataset, batch_size=B,
     collate_fn=collate_tasks, drop_last=drop_last)`` makes, for any number of workers, tensor for
     tensor (each worker batches its own tasks in both). ``len()`` is what a DataLoader counts
-    for the same dataset and batch size (a ``CorpusDataset``, without ``by_context``).
+    for the same dataset and batch size (a ``CorpusDataset``, without ``by_context``): exact
+    with no workers; with W workers each makes its own last batch, so up to W - 1 more come
+    (PyTorch warns of it, as it does for the DataLoader).
     """
 
     def __init__(

@@ -556,6 +556,35 @@ def test_a_failed_write_is_remembered_and_hdf5_still_closes(tmp_path):
         guard.finish()
 
 
+def test_a_guarded_file_writes_any_buffer_in_c_order(tmp_path):
+    """GuardedFile.write takes h5py's contiguous byte views without copying them, and any other
+    buffer (another format, or not contiguous) as its bytes in C order."""
+    from whatif_bench.h5write import GuardedFile
+
+    values = np.arange(12.0).reshape(3, 4)
+    guard = GuardedFile(tmp_path / "f.bin")
+    assert guard.write(memoryview(b"head")) == 4
+    assert guard.write(values) == 96  # float64 format, contiguous
+    assert guard.write(values[:, ::2]) == 48  # not contiguous
+    guard.finish()
+    written = (tmp_path / "f.bin").read_bytes()
+    assert written == b"head" + values.tobytes() + values[:, ::2].tobytes()
+
+
+def test_a_target_without_pairs_adds_no_rows(tmp_path):
+    """An empty target leaves the writer's columns empty, so a run that made nothing is the
+    ``GenerationError`` it names, not an ``IndexError``."""
+    from types import SimpleNamespace
+
+    from whatif_bench.generator.writer import CorpusWriter
+
+    writer = CorpusWriter(SimpleNamespace(out=str(tmp_path / "c.h5")), [], tmp_path / "t.h5")
+    writer._add_rows([], [])
+    assert writer.columns == {} and writer.event_offset == 0
+    with pytest.raises(GenerationError, match="nothing was generated"):
+        writer._finish()
+
+
 def test_workers_helper_refuses_a_bad_count():
     from whatif_bench.workers import default_jobs, parallel
 

@@ -90,38 +90,43 @@ def test_pad_tasks_is_collate_tasks_of_the_tasks_items(tasks, picks, crop):
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_stream_batches_are_the_dataloaders_collated_batches(sources, workers, drop_last):
-    dataset = StreamDataset(TaskStream(SEED, count=75, sources=sources))
+    # 150 slots, batches of 10: slots 60-69 and 120-129 come from two of the stream's kernel
+    # calls (64 slots each)
+    dataset = StreamDataset(TaskStream(SEED, count=150, sources=sources))
     wanted = torch.utils.data.DataLoader(
         dataset,
-        batch_size=16,
+        batch_size=10,
         num_workers=workers,
         collate_fn=collate_tasks,
         drop_last=drop_last,
     )
-    made = list(PaddedBatches(dataset, 16, drop_last=drop_last).loader(num_workers=workers))
+    made = list(PaddedBatches(dataset, 10, drop_last=drop_last).loader(num_workers=workers))
     wanted_batches = list(wanted)
-    # 75 tasks: 4 full batches and one of 11; over two workers 38 and 37, 2 full and a rest each
-    expected = {(0, False): 5, (0, True): 4, (2, False): 6, (2, True): 4}[workers, drop_last]
+    # 15 full batches; over two workers 75 slots each: 7 full batches and a rest of 5 each
+    expected = {(0, False): 15, (0, True): 15, (2, False): 16, (2, True): 14}[workers, drop_last]
     assert len(made) == len(wanted_batches) == expected
     for batch, wanted_batch in zip(made, wanted_batches, strict=True):
         assert_same_batch(batch, wanted_batch)
 
 
-def test_corpus_batches_are_the_dataloaders_to_fixed_shapes_over_epochs(corpus_path):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_corpus_batches_are_the_dataloaders_to_fixed_shapes_over_epochs(corpus_path, workers):
     dataset = CorpusDataset(corpus_path, shuffle=True, seed=4, C=["C1", "C4"])
     limits = {"k_max": 5, "context_max": 3000, "horizon_max": 1000}
     padded = PaddedBatches(dataset, 9, **limits)
-    assert len(padded) == len(
-        torch.utils.data.DataLoader(dataset, batch_size=9)
-    )  # what a DataLoader counts
+    assert len(padded) == len(torch.utils.data.DataLoader(dataset, batch_size=9))
     for epoch in (0, 1):
         padded.set_epoch(epoch)
         assert dataset.epoch == epoch
         wanted = torch.utils.data.DataLoader(
-            dataset, batch_size=9, collate_fn=functools.partial(collate_tasks, **limits)
+            dataset,
+            batch_size=9,
+            num_workers=workers,
+            collate_fn=functools.partial(collate_tasks, **limits),
         )
-        made = list(padded.loader())
-        assert len(made) == len(padded)
+        made = list(padded.loader(num_workers=workers))
+        if workers == 0:
+            assert len(made) == len(padded)  # exact with no workers
         assert {batch["history_target"].shape[1] for batch in made} == {3000}
         assert any((batch["history_mask"].sum(1) == 3000).any() for batch in made)  # cropped
         for batch, wanted_batch in zip(made, wanted, strict=True):
@@ -198,8 +203,10 @@ def test_a_stream_or_grouped_batches_have_no_length(sources, corpus_path):
     with pytest.raises(TypeError, match="only over a CorpusDataset without by_context"):
         len(PaddedBatches(CorpusDataset(corpus_path), 4, by_context=True))
     dataset = CorpusDataset(corpus_path)
-    assert len(PaddedBatches(dataset, 10, drop_last=True)) == len(dataset) // 10
-    assert len(PaddedBatches(dataset, 10)) == -(-len(dataset) // 10)
+    for drop_last in (False, True):
+        padded = PaddedBatches(dataset, 7, drop_last=drop_last)
+        assert len(padded) == len(list(padded))  # what the batches come to, 0 workers
+    assert len(dataset) % 7  # a last, partial batch: the two lengths differ
 
 
 @pytest.mark.parametrize(
@@ -243,6 +250,16 @@ def test_batches_survive_pickling_as_spawned_workers_receive_them(sources, corpu
         again = pickle.loads(pickle.dumps(padded))
         for batch, wanted in zip(again, padded, strict=True):
             assert_same_batch(batch, wanted)
+
+
+@pytest.mark.slow  # a spawned worker imports torch and the toolkit: a few seconds
+def test_a_spawned_worker_makes_the_same_batches(sources):
+    dataset = StreamDataset(TaskStream(SEED, count=12, sources=sources))
+    padded = PaddedBatches(dataset, 5, by_context=True)
+    made = list(padded.loader(num_workers=1, multiprocessing_context="spawn"))
+    assert len(made) == len(list(padded))
+    for batch, wanted in zip(made, padded, strict=True):
+        assert_same_batch(batch, wanted)
 
 
 def test_one_worker_hands_over_the_batch_the_main_process_makes(sources):

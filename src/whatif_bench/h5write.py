@@ -46,7 +46,8 @@ class GuardedFile:
         return self.position
 
     def write(self, data) -> int:
-        view = memoryview(data).cast("B")  # h5py's buffer: valid only during this call
+        view = memoryview(data)  # h5py's buffer: valid only during this call
+        view = view.cast("B") if view.c_contiguous else memoryview(bytes(view))
         size = view.nbytes
         if self.error is None:
             try:

@@ -339,7 +339,8 @@ def padded_batch(
     context_max: int | None,
     horizon_max: int | None,
 ) -> dict:
-    """The batch ``collate_tasks`` returns, from its B rows' fields by name, checked: ``arrays``
+    """The batch ``collate_tasks`` returns, from its B rows' fields by name, already checked
+    (``collate_tasks`` checks items; ``pad_tasks`` takes ``Task``s, checked when made): ``arrays``
     (B arrays of numbers each, (T,) or (K, T) as ``ROW_NDIM`` says; any float dtype, cast to
     float32 as they are placed), ``numbers`` (B ints each, ``k``, ``context_length`` and
     ``prediction_length`` among them) and ``texts`` (B values each)."""

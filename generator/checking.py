@@ -260,7 +260,7 @@ def _check_baselines(corpus: Corpus, registry, given, report: VerifyReport) -> N
             f"attribute baselines_hash: stored {corpus.attrs.get('baselines_hash')!r}, the "
             f"embedded simulators' hashes combine to {combined!r}"
         )
-    others = sorted(s for s, h in simulator_hashes.items() if s in given and given_hashes[s] != h)
+    others = sorted(s for s, h in simulator_hashes.items() if s in given and given_hash(s) != h)
     if given and others:
         report.warnings.append(
             f"the corpus was built from other {', '.join(others)} baselines than the given file; "

@@ -585,6 +585,25 @@ def test_a_target_without_pairs_adds_no_rows(tmp_path):
         writer._finish()
 
 
+def test_a_target_missing_from_the_registry_is_named_beside_given_baselines(corpus_path):
+    """The given baselines' hash is made when first needed: a simulator whose every target is
+    missing from the registry still gets its given-baselines comparison, not a KeyError."""
+    from whatif_bench.generator.checking import VerifyReport, _check_baselines
+
+    class NoRelationships:
+        def get(self, simulator, target):
+            raise KeyError(f"{simulator}/{target}")
+
+    given = read_baselines(shipped_baselines_path())
+    report = VerifyReport()
+    with Corpus(corpus_path) as corpus:
+        _check_baselines(corpus, NoRelationships(), given, report)
+    assert report.problems == [
+        f"/baselines/{ONE_TARGET}: not in the relationship registry ('{ONE_TARGET}')"
+    ]
+    assert report.warnings == []  # the shipped baselines are the ones the corpus was built from
+
+
 def test_workers_helper_refuses_a_bad_count():
     from whatif_bench.workers import default_jobs, parallel
 

@@ -32,7 +32,7 @@ from whatif_bench.errors import WhatIfError
 from whatif_bench.generator.novel_range import novel_reach
 from whatif_bench.generator.sweep import build_pair, generate_target
 from whatif_bench.generator.types import PairResult
-from whatif_bench.generator.writer import axes_description
+from whatif_bench.generator.writer import OFFSET_COLUMNS, axes_description, target_rows
 from whatif_bench.relationships.source import RegistrySource
 from whatif_bench.relationships.verification import RULE, THRESHOLD
 from whatif_bench.simulators.store import combine_hashes, read_baselines, series_hash
@@ -565,8 +565,10 @@ def _check_rows_in_worker(path: str, checks: _Checks, positions: list[int]) -> _
 
 def _check_rows(context: _RowContext, positions: list[int]) -> _RowLog:
     """The per-pair checks of the index rows at ``positions`` (whole runs of one target, in
-    file order), logged for ``_replay``. A batch stops once its own pair problems reach the
-    limit: the report, which keeps every one of them, stops there too."""
+    file order), logged for ``_replay``. A run of a target whose stored rows, events, factors
+    and arrays equal the rebuilt ones wholesale is checked as a whole (``_whole_target``);
+    any other run pair by pair, which names each problem. A batch stops once its own pair
+    problems reach the limit: the report, which keeps every one of them, stops there too."""
     corpus, registry, seed, sizes = context.corpus, context.registry, context.seed, context.sizes
     reference, limit = context.checks.reference, context.checks.limit_problems
     log = _RowLog()
@@ -575,46 +577,173 @@ def _check_rows(context: _RowContext, positions: list[int]) -> _RowLog:
     baselines = {}
     expected: dict[str, PairResult] = {}  # the current target's pairs, drawn and rebuilt
     expected_target = None
-    stored_arrays: dict[tuple[str, str], np.ndarray] = {}  # its kept pairs' stored arrays
+    stored_arrays: dict[tuple[str, str], np.ndarray] = {}  # a target's kept pairs' arrays
+    stored_target = None
     rows = corpus.pairs
-    for row in rows.iloc[positions].itertuples(index=False):
-        row = row._asdict()
-        log.row_ends.append(len(log.problems))  # replaced below, once the row's checks ran
-        pair_id = row["pair_id"]
-        where = _offsets_problem(row, sizes)
-        if where is not None:
-            local.problems.append(f"{pair_id}: {where}")
-        else:
+    for key, run in _runs(rows, positions):
+        if not reference:
             try:
-                relationship = registry.get(row["simulator"], row["target"])
-                key = (row["simulator"], row["target"])
+                relationship = registry.get(*key)
                 if key not in baselines:
                     baselines[key] = corpus.baseline(*key)
                 if key != expected_target:
                     expected_target = key
-                    if not reference:
-                        expected = _target_pairs(relationship, baselines[key], seed)
-                    stored_arrays = _stored_arrays(
-                        corpus, rows.iloc[context.target_rows[key]], sizes, data_scan
+                    expected = _target_pairs(relationship, baselines[key], seed)
+                if _whole_target(context, key, run, relationship, expected, data_scan):
+                    log.row_ends.extend([len(log.problems)] * len(run))
+                    continue
+            except (KeyError, ValueError, OSError, WhatIfError):
+                pass  # checked pair by pair below, which names the problem
+        for row in rows.iloc[run].itertuples(index=False):
+            row = row._asdict()
+            log.row_ends.append(len(log.problems))  # replaced below, once the row's checks ran
+            pair_id = row["pair_id"]
+            where = _offsets_problem(row, sizes)
+            if where is not None:
+                local.problems.append(f"{pair_id}: {where}")
+            else:
+                try:
+                    relationship = registry.get(row["simulator"], row["target"])
+                    key = (row["simulator"], row["target"])
+                    if key not in baselines:
+                        baselines[key] = corpus.baseline(*key)
+                    if key != expected_target:
+                        expected_target = key
+                        if not reference:
+                            expected = _target_pairs(relationship, baselines[key], seed)
+                    if key != stored_target:
+                        stored_target = key
+                        stored_arrays = _stored_arrays(
+                            corpus, rows.iloc[context.target_rows[key]], sizes, data_scan
+                        )
+                    _check_pair(
+                        row,
+                        corpus,
+                        relationship,
+                        baselines[key],
+                        seed,
+                        expected,
+                        stored_arrays,
+                        context.event_ratios,
+                        local,
                     )
-                _check_pair(
-                    row,
-                    corpus,
-                    relationship,
-                    baselines[key],
-                    seed,
-                    expected,
-                    stored_arrays,
-                    context.event_ratios,
-                    local,
-                )
-            except (KeyError, ValueError, OSError) as exc:
-                local.problems.append(f"{pair_id}: cannot be rebuilt ({exc})")
-        log.row_ends[-1] = len(log.problems)
-        if len(log.problems) - len(log.scans) >= limit:
-            break
+                except (KeyError, ValueError, OSError) as exc:
+                    local.problems.append(f"{pair_id}: cannot be rebuilt ({exc})")
+            log.row_ends[-1] = len(log.problems)
+            if len(log.problems) - len(log.scans) >= limit:
+                log.covered = data_scan.covered
+                return log
     log.covered = data_scan.covered
     return log
+
+
+def _runs(rows, positions: list[int]) -> list[tuple[tuple[str, str], list[int]]]:
+    """``positions`` cut into runs of consecutive rows of one (simulator, target)."""
+    simulators = rows["simulator"].to_numpy()[positions]
+    targets = rows["target"].to_numpy()[positions]
+    runs: list[tuple[tuple[str, str], list[int]]] = []
+    for position, simulator, target in zip(positions, simulators, targets, strict=True):
+        key = (str(simulator), str(target))
+        if not runs or runs[-1][0] != key:
+            runs.append((key, []))
+        runs[-1][1].append(position)
+    return runs
+
+
+def _whole_target(
+    context: _RowContext,
+    key: tuple[str, str],
+    run: list[int],
+    relationship,
+    expected: dict[str, PairResult],
+    data_scan: _DataScan,
+) -> bool:
+    """Check one target's run of rows as a whole: True when ``run`` is all of the target's
+    rows and they, their events, factors and task arrays equal what the writer makes of the
+    rebuilt pairs ``expected`` (``target_rows``, offsets starting where the stored ones do),
+    every offset is inside its array, every kept pair passes the rule and leaves the history's
+    range, and the arrays are finite. Then no pair check could find a problem; the arrays'
+    spans go to ``data_scan``. False (nothing recorded): check the run pair by pair."""
+    corpus, sizes = context.corpus, context.sizes
+    if not expected or not np.array_equal(context.target_rows[key], run):
+        return False
+    results = list(expected.values())
+    stored = corpus.pairs.iloc[run]
+    if len(results) != len(stored):
+        return False
+    kept = stored["kept"].to_numpy(dtype=bool)
+    starts = {
+        name: int(stored[f"{name}_offset"].iloc[0]) for name in ("event", "factor", "kfactor")
+    }
+    for name in DATA_DATASETS:
+        offsets = stored[f"{name}_offset"].to_numpy()[kept]
+        starts[name] = int(offsets[0]) if offsets.size else 0
+    reasons = [result.drop_reason for result in results]  # (from the ratios: once a pair)
+    kept_results = [result for result, reason in zip(results, reasons, strict=True) if not reason]
+    built = target_rows(results, reasons, starts)
+    if not all(_same_column(stored[column], values) for column, values in built.columns.items()):
+        return False
+    for name, dataset in OFFSET_COLUMNS.items():
+        if starts[name] < 0 or starts[name] + built.sizes[name] > sizes[dataset]:
+            return False
+    if not _same_events(context, starts, built):
+        return False
+    names = relationship.covariate_names
+    for result in kept_results:
+        if min(result.history_ratios.min(), result.replay_ratio, result.novel_ratio) < THRESHOLD:
+            return False
+        if novel_reach(result.recipe, relationship).inside(names[: result.recipe.key.k]):
+            return False
+    arrays = {}
+    for name in DATA_DATASETS:
+        parts = [result.arrays[name].reshape(-1) for result in kept_results]
+        if not parts:
+            continue
+        rebuilt = np.concatenate(parts)
+        values = corpus._slice(name, starts[name], rebuilt.size)
+        if not np.array_equal(values.view(np.uint32), rebuilt.view(np.uint32)):
+            return False
+        if not np.isfinite(values).all():
+            return False
+        arrays[name] = values
+    for name, values in arrays.items():
+        data_scan.check(name, starts[name], values)
+    return True
+
+
+def _same_column(stored, values: list) -> bool:
+    """A stored ``/pairs`` column (a pandas Series) holds ``values``, compared as the pair
+    checks compare them (floats: NaN equals NaN)."""
+    if len(stored) != len(values):
+        return False
+    if values and isinstance(values[0], str):
+        return bool(stored.tolist() == values)
+    array = stored.to_numpy()
+    if array.dtype.kind == "O":
+        return bool(stored.tolist() == values)
+    return bool(np.array_equal(array, np.asarray(values), equal_nan=array.dtype.kind == "f"))
+
+
+def _same_events(context: _RowContext, starts: dict[str, int], built) -> bool:
+    """The stored events and future factors from ``starts`` on equal those ``built``."""
+    events, futures = context.corpus._recipes()
+    e0, f0, k0 = starts["event"], starts["factor"], starts["kfactor"]
+    n_events, n_factors, k = (built.sizes[name] for name in ("event", "factor", "kfactor"))
+    pairs = (
+        (events["start"][e0 : e0 + n_events], np.asarray(built.events["start"])),
+        (
+            events["direction"][e0 : e0 + n_events].astype(np.int8),
+            np.asarray(built.events["direction"], dtype=np.int8),
+        ),
+        (events["factors"][f0 : f0 + n_factors], np.concatenate(built.factors)),
+        (futures["replay_factors"][k0 : k0 + k], np.concatenate(built.future_factors["replay"])),
+        (futures["novel_factors"][k0 : k0 + k], np.concatenate(built.future_factors["novel"])),
+    )
+    if not all(a.shape == b.shape and np.array_equal(a, b) for a, b in pairs):
+        return False
+    ratios = context.event_ratios[e0 : e0 + n_events]
+    rebuilt = np.asarray(built.events["ratio"], dtype=np.float64)
+    return ratios.shape == rebuilt.shape and bool(np.array_equal(ratios, rebuilt, equal_nan=True))
 
 
 def _check_pair(

@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -101,10 +102,7 @@ class CorpusWriter:
         self.events: dict[str, list] = {"start": [], "direction": [], "ratio": []}
         self.factors: list[np.ndarray] = []
         self.future_factors: dict[str, list[np.ndarray]] = {"replay": [], "novel": []}
-        self.offsets = dict.fromkeys(DATA_DATASETS, 0)
-        self.event_offset = 0
-        self.factor_offset = 0
-        self.kfactor_offset = 0
+        self.offsets = dict.fromkeys(OFFSET_COLUMNS, 0)  # where the next target's rows start
 
     def __enter__(self) -> CorpusWriter:
         import h5py
@@ -176,67 +174,20 @@ class CorpusWriter:
         self.guard.check()  # a full disk stops the run here, not after the last target
 
     def _add_rows(self, results: list[PairResult], reasons: list[str]) -> None:
-        """The pairs' rows of ``/pairs`` (a column at a time), their events and factors, in
-        order; ``reasons`` are their drop reasons (``""``: kept). Offsets run on from the
-        previous target's: a dropped pair's task-array offsets are -1."""
+        """The pairs' rows of ``/pairs``, their events and factors, appended in order after the
+        previous target's (``target_rows``); ``reasons`` are their drop reasons (``""``: kept)."""
         if not results:  # no columns for a target without pairs ("nothing was generated")
             return
-        recipes = [result.recipe for result in results]
-        keys = [recipe.key for recipe in recipes]
-        layouts = [recipe.layout for recipe in recipes]
-        kept = [not reason for reason in reasons]
-        k = [key.k for key in keys]
-        context = [layout.context for layout in layouts]
-        prediction = [layout.prediction for layout in layouts]
-        n_events = [recipe.n_events for recipe in recipes]
-        factor_sizes = [recipe.factors.size for recipe in recipes]
-        columns: dict[str, list] = {
-            "pair_id": [key.pair_id for key in keys],
-            "simulator": [key.simulator for key in keys],
-            "target": [key.target for key in keys],
-            "c_label": [key.c_label for key in keys],
-            "e_setting": [key.e_setting for key in keys],
-            "k": k,
-            "event_length": [key.event_length for key in keys],
-            "n_events": n_events,
-            "context": context,
-            "prediction": prediction,
-            "window_start": [recipe.window_start for recipe in recipes],
-            "replay_source": [recipe.replay_source for recipe in recipes],
-            "kept": kept,
-            "drop_reason": list(reasons),
-            "min_history_ratio": [float(result.history_ratios.min()) for result in results],
-            "replay_ratio": [result.replay_ratio for result in results],
-            "novel_ratio": [result.novel_ratio for result in results],
-            "event_offset": _running(self.event_offset, n_events),
-            "factor_offset": _running(self.factor_offset, factor_sizes),
-            "kfactor_offset": _running(self.kfactor_offset, k),
-        }
-        sizes = {
-            "history_target": context,
-            "history_covariates": [n * c for n, c in zip(k, context, strict=True)],
-            "future_target": [2 * p for p in prediction],
-            "future_covariates": [2 * n * p for n, p in zip(k, prediction, strict=True)],
-        }
-        for name in DATA_DATASETS:
-            kept_sizes = [size if keep else 0 for size, keep in zip(sizes[name], kept, strict=True)]
-            offsets = _running(self.offsets[name], kept_sizes)
-            columns[f"{name}_offset"] = [
-                o if keep else -1 for o, keep in zip(offsets, kept, strict=True)
-            ]
-            self.offsets[name] += sum(kept_sizes)
-        for column, values in columns.items():
+        rows = target_rows(results, reasons, self.offsets)
+        for column, values in rows.columns.items():
             self.columns.setdefault(column, []).extend(values)
-        for recipe, result in zip(recipes, results, strict=True):
-            self.events["start"].extend(recipe.layout.starts)
-            self.events["direction"].extend(recipe.directions.tolist())
-            self.events["ratio"].extend(result.history_ratios.tolist())
-            self.factors.append(recipe.factors.reshape(-1))
-            self.future_factors["replay"].append(recipe.replay_factors)
-            self.future_factors["novel"].append(recipe.novel_factors)
-        self.event_offset += sum(n_events)
-        self.factor_offset += sum(factor_sizes)
-        self.kfactor_offset += sum(k)
+        for name, values in rows.events.items():
+            self.events[name].extend(values)
+        self.factors.extend(rows.factors)
+        for name, parts in rows.future_factors.items():
+            self.future_factors[name].extend(parts)
+        for name, size in rows.sizes.items():
+            self.offsets[name] += size
 
     def _finish(self) -> None:
         import h5py
@@ -318,6 +269,100 @@ class CorpusWriter:
             self.h5.close()
         finally:
             self.guard.finish()  # fsync; raises the first failed write (full disk)
+
+
+# the arrays a /pairs offset column points into, by the column's name without "_offset"
+OFFSET_COLUMNS = {
+    "event": "events/start",
+    "factor": "events/factors",
+    "kfactor": "futures/replay_factors",
+    **{name: f"data/{name}" for name in DATA_DATASETS},
+}
+
+
+@dataclass
+class TargetRows:
+    """What one target's pairs add to the file besides their task arrays: ``columns`` (a list
+    per ``/pairs`` column, a value per pair), ``events`` (``start``, ``direction``, ``ratio``:
+    a value per event), ``factors`` (an (E*K,) array per pair, row-major),
+    ``future_factors`` (``replay``, ``novel``: a (K,) array per pair) and ``sizes``: the
+    values they add to each array of ``OFFSET_COLUMNS`` (the data arrays: kept pairs only)."""
+
+    columns: dict[str, list]
+    events: dict[str, list]
+    factors: list[np.ndarray]
+    future_factors: dict[str, list[np.ndarray]]
+    sizes: dict[str, int]
+
+
+def target_rows(
+    results: list[PairResult], reasons: list[str], starts: dict[str, int]
+) -> TargetRows:
+    """The rows of ``results`` (one target's pairs, in order; ``reasons`` their drop reasons,
+    ``""``: kept) when their offsets start at ``starts`` (keys as ``OFFSET_COLUMNS``). A
+    dropped pair's task-array offsets are -1. The writer appends them; ``whatif verify``
+    compares a stored target's rows with them."""
+    recipes = [result.recipe for result in results]
+    keys = [recipe.key for recipe in recipes]
+    layouts = [recipe.layout for recipe in recipes]
+    kept = [not reason for reason in reasons]
+    k = [key.k for key in keys]
+    context = [layout.context for layout in layouts]
+    prediction = [layout.prediction for layout in layouts]
+    n_events = [recipe.n_events for recipe in recipes]
+    factor_sizes = [recipe.factors.size for recipe in recipes]
+    columns: dict[str, list] = {
+        "pair_id": [key.pair_id for key in keys],
+        "simulator": [key.simulator for key in keys],
+        "target": [key.target for key in keys],
+        "c_label": [key.c_label for key in keys],
+        "e_setting": [key.e_setting for key in keys],
+        "k": k,
+        "event_length": [key.event_length for key in keys],
+        "n_events": n_events,
+        "context": context,
+        "prediction": prediction,
+        "window_start": [recipe.window_start for recipe in recipes],
+        "replay_source": [recipe.replay_source for recipe in recipes],
+        "kept": kept,
+        "drop_reason": list(reasons),
+        "min_history_ratio": [float(result.history_ratios.min()) for result in results],
+        "replay_ratio": [result.replay_ratio for result in results],
+        "novel_ratio": [result.novel_ratio for result in results],
+    }
+    sizes = {
+        "event": n_events,
+        "factor": factor_sizes,
+        "kfactor": k,
+        "history_target": context,
+        "history_covariates": [n * c for n, c in zip(k, context, strict=True)],
+        "future_target": [2 * p for p in prediction],
+        "future_covariates": [2 * n * p for n, p in zip(k, prediction, strict=True)],
+    }
+    totals = {}
+    for name, item_sizes in sizes.items():
+        if name in DATA_DATASETS:
+            item_sizes = [size if keep else 0 for size, keep in zip(item_sizes, kept, strict=True)]
+        offsets = _running(starts[name], item_sizes)
+        if name in DATA_DATASETS:
+            offsets = [o if keep else -1 for o, keep in zip(offsets, kept, strict=True)]
+        columns[f"{name}_offset"] = offsets
+        totals[name] = sum(item_sizes)
+    events: dict[str, list] = {"start": [], "direction": [], "ratio": []}
+    for recipe, result in zip(recipes, results, strict=True):
+        events["start"].extend(recipe.layout.starts)
+        events["direction"].extend(recipe.directions.tolist())
+        events["ratio"].extend(result.history_ratios.tolist())
+    return TargetRows(
+        columns,
+        events,
+        [recipe.factors.reshape(-1) for recipe in recipes],
+        {
+            "replay": [recipe.replay_factors for recipe in recipes],
+            "novel": [recipe.novel_factors for recipe in recipes],
+        },
+        totals,
+    )
 
 
 def _running(start: int, sizes: list[int]) -> list[int]:

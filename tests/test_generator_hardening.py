@@ -580,7 +580,7 @@ def test_a_target_without_pairs_adds_no_rows(tmp_path):
 
     writer = CorpusWriter(SimpleNamespace(out=str(tmp_path / "c.h5")), [], tmp_path / "t.h5")
     writer._add_rows([], [])
-    assert writer.columns == {} and writer.event_offset == 0
+    assert writer.columns == {} and set(writer.offsets.values()) == {0}
     with pytest.raises(GenerationError, match="nothing was generated"):
         writer._finish()
 

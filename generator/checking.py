@@ -13,6 +13,11 @@ arrays rebuilt from the recipe equal the stored ones bit for bit; the stored 10 
 and verdict are the recomputed ones; every kept pair passes the rule and its Novel future lies
 beyond its history's range for every covariate (``generator/novel_range.py``). Pair ids are unique
 (``Corpus`` refuses a file where they are not).
+
+A target is first checked as a whole (``_whole_target``): its stored rows, events, factors and
+task arrays against what the writer makes of its rebuilt pairs, a comparison per column and
+array. Only a target where something differs is checked pair by pair, which names each
+problem; the report is the same either way.
 """
 
 from __future__ import annotations

@@ -304,12 +304,13 @@ def generate(config: GenerationConfig, progress: bool = True, cluster=None) -> P
 def _run(selection, source: RegistrySource, seed: int, pool, progress: bool):
     from tqdm import tqdm
 
+    from whatif_bench.generator import chunks
     from whatif_bench.generator import kernels as sweep_kernels
     from whatif_bench.jit_cache import announce_first_compilation
     from whatif_bench.relationships import kernels
 
     announce_first_compilation(
-        "relationship and generator kernels", kernels, sweep_kernels, enabled=progress
+        "relationship and generator kernels", kernels, sweep_kernels, chunks, enabled=progress
     )
     # this process's threads share its relationships; a dask worker loads user forms itself
     calls = (

@@ -8,10 +8,17 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from whatif_bench.generator.chunks import ChunkAppender, ChunkQueue, create_task_array
+from whatif_bench.generator.chunks import (
+    ChunkAppender,
+    ChunkQueue,
+    create_task_array,
+    shuffled,
+    shuffled_reference,
+)
 
 CHUNK = 64  # small chunks: many whole ones and an edge one in a few hundred values
 
@@ -86,3 +93,29 @@ def test_the_thread_count_does_not_change_the_file(tmp_path):
         write(path, parts, threads)
         digests.add(path.read_bytes())
     assert len(digests) == 1
+
+
+@given(
+    words=st.lists(st.integers(0, 2**32 - 1), max_size=300),
+    dtype=st.sampled_from(["<f4", "<u4", "<i4", "<f8", "<u2", "|u1"]),
+    step=st.sampled_from([1, 2]),
+)
+def test_the_shuffle_kernel_is_its_numpy_twin(words, dtype, step):
+    """Every bit pattern (NaNs, infinities, subnormals among the float32 ones), any length, a
+    strided view, and sizes other than 4 bytes (made by the twin)."""
+    raw = np.array(words, dtype="<u4").view(np.uint8)
+    size = np.dtype(dtype).itemsize
+    chunk = raw[: raw.size - raw.size % size].view(dtype)[::step]
+    made = shuffled(chunk)
+    assert made.dtype == np.uint8 and made.shape == (chunk.size * chunk.itemsize,)
+    assert np.array_equal(made, shuffled_reference(chunk))
+    if chunk.itemsize == 4:  # the bytes HDF5's shuffle filter defines, written out
+        table = chunk.tobytes()
+        expected = bytes(table[i * 4 + b] for b in range(4) for i in range(chunk.size))
+        assert made.tobytes() == expected
+
+
+@pytest.mark.parametrize("shape", [(2, 8), (0, 4), ()])
+def test_the_shuffle_takes_one_dimensional_chunks_only(shape):
+    with pytest.raises(ValueError, match="one-dimensional"):
+        shuffled(np.zeros(shape, dtype=np.float32))

@@ -277,6 +277,9 @@ def main() -> None:
                 for _ in range(args.repeats)
             ]
             rows.append((f"generate --jobs 1, {count} target(s)", median_of(runs)))
+            small = str(folder / f"t{count}.h5")
+            runs = [timed(whatif("verify", small)) for _ in range(args.repeats)]
+            rows.append((f"verify, {count} target(s)", median_of(runs)))
     print(f"load average after: {load_average()}; medians of {args.repeats} runs")
     print(f"{'run':40s} {'wall s':>8s} {'CPU s':>8s} {'peak RSS MiB':>13s}")
     for name, row in rows:
@@ -296,6 +299,9 @@ def main() -> None:
             print(
                 f"--jobs 2 / --jobs 1: CPU {two['cpu'] / one['cpu']:.2f}x, "
                 f"wall {two['wall'] / one['wall']:.2f}x"
+            )
+            print(
+                f"verify / generate --jobs 2, wall: {figures['verify']['wall'] / two['wall']:.2f}x"
             )
     for path in folder.iterdir():
         path.unlink()

@@ -15,7 +15,9 @@ extra.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
 
 from whatif_bench.corpus import Task
 from whatif_bench.stream.distribution import CONTEXT_LABELS
@@ -71,14 +73,28 @@ def pad_tasks(
     if len(indices) != len(tasks):
         raise StreamError(f"{len(tasks)} tasks need {len(tasks)} indices, got {len(indices)}")
     limits = check_limits(k_max, context_max, horizon_max)
-    fields = [task_fields(task, index) for task, index in zip(tasks, indices, strict=True)]
+    parts = [
+        (_arrays_of(task), task_fields(task, index))
+        for task, index in zip(tasks, indices, strict=True)
+    ]
+    return _pad_parts(parts, limits)
+
+
+ITEM_ARRAYS = (*HISTORY_ARRAYS, *FUTURE_ARRAYS)  # a batch's arrays, in collate_tasks' order
+# a task in a batch: its arrays by name (as Task's fields) and its item fields (task_fields)
+Part = tuple[Mapping[str, np.ndarray], dict]
+
+
+def _arrays_of(task: Task) -> dict[str, np.ndarray]:
+    return {name: getattr(task, name) for name in ITEM_ARRAYS}
+
+
+def _pad_parts(parts: Sequence[Part], limits: tuple) -> dict:
+    """The padded batch of ``parts`` (B >= 1), ``limits`` checked (``check_limits``)."""
     return padded_batch(
-        {
-            name: [getattr(task, name) for task in tasks]
-            for name in (*HISTORY_ARRAYS, *FUTURE_ARRAYS)
-        },
-        {name: [row[name] for row in fields] for name in INT_FIELDS},
-        {name: [row[name] for row in fields] for name in TEXT_FIELDS},
+        {name: [arrays[name] for arrays, _ in parts] for name in ITEM_ARRAYS},
+        {name: [fields[name] for _, fields in parts] for name in INT_FIELDS},
+        {name: [fields[name] for _, fields in parts] for name in TEXT_FIELDS},
         *limits,
     )
 
@@ -164,32 +180,48 @@ class PaddedBatches(IterableDataset):
         return tasks // size if self.drop_last else -(-tasks // size)
 
     def __iter__(self) -> Iterator[dict]:
-        tasks = self.dataset.indexed_tasks()
+        limits = tuple(self.limits.values())
+        parts = _parts(self.dataset)
         groups = (
-            _by_context(tasks, self.batch_size)
+            _by_context(parts, self.batch_size)
             if self.by_context
-            else _in_order(tasks, self.batch_size)
+            else _in_order(parts, self.batch_size)
         )
         for group in groups:
             if len(group) == self.batch_size or not self.drop_last:
-                indices, chosen = zip(*group, strict=True)
-                yield pad_tasks(chosen, indices, **self.limits)
+                yield _pad_parts([part for _, part in group], limits)
 
 
-def _in_order(tasks: Iterator[tuple[int, Task]], size: int) -> Iterator[list[tuple[int, Task]]]:
-    """Consecutive groups of ``size`` indexed tasks; the last may be shorter."""
-    while group := list(itertools.islice(tasks, size)):
+def _parts(dataset: StreamDataset | CorpusDataset) -> Iterator[tuple[str, Part]]:
+    """``(context label, part)`` of each task the calling worker makes, in order. A streamed
+    task's part comes from the kernels' batch without its ``Task`` (``SlotBatch.task_arrays``
+    and ``task_fields``: a ``Task`` and its item fields cost about as much as batching)."""
+    if isinstance(dataset, CorpusDataset):
+        for index, task in dataset.indexed_tasks():
+            yield task.c_label, (_arrays_of(task), task_fields(task, index))
+        return
+    for slot, made in dataset.indexed_drawn():
+        if isinstance(made, Task):  # a slot the reference made
+            yield made.c_label, (_arrays_of(made), task_fields(made, slot))
+        else:
+            batch, i = made
+            yield batch.c_label(i), (batch.task_arrays(i), batch.task_fields(i, slot))
+
+
+def _in_order(parts: Iterator[tuple[str, Part]], size: int) -> Iterator[list[tuple[str, Part]]]:
+    """Consecutive groups of ``size`` labelled parts; the last may be shorter."""
+    while group := list(itertools.islice(parts, size)):
         yield group
 
 
-def _by_context(tasks: Iterator[tuple[int, Task]], size: int) -> Iterator[list[tuple[int, Task]]]:
-    """Groups of ``size`` indexed tasks of one context label, each as soon as it is full; then
-    the unfilled groups in ``CONTEXT_LABELS`` order."""
-    waiting: dict[str, list[tuple[int, Task]]] = {label: [] for label in CONTEXT_LABELS}
-    for index, task in tasks:
-        group = waiting.setdefault(task.c_label, [])
-        group.append((index, task))
+def _by_context(parts: Iterator[tuple[str, Part]], size: int) -> Iterator[list[tuple[str, Part]]]:
+    """Groups of ``size`` labelled parts of one context label, each as soon as it is full;
+    then the unfilled groups in ``CONTEXT_LABELS`` order."""
+    waiting: dict[str, list[tuple[str, Part]]] = {label: [] for label in CONTEXT_LABELS}
+    for label, part in parts:
+        group = waiting.setdefault(label, [])
+        group.append((label, part))
         if len(group) == size:
             yield group
-            waiting[task.c_label] = []
+            waiting[label] = []
     yield from (group for group in waiting.values() if group)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from whatif_bench.corpus import Task, axes
+from whatif_bench.corpus import Task, axes, start_text
 from whatif_bench.corpus.random_twin import choice_cdf, slot_entropy
 from whatif_bench.relationships.forms import MAX_PARAMS
 from whatif_bench.relationships.kernels import CUSTOM_CODE_BASE
@@ -266,12 +266,10 @@ class SlotBatch:
         entry, k, c, li, ei, fi, window_start, replay_source = self.rows[i][: kern.STATUS]
         info = self.plan.infos[entry]
         layout = self.plan.layouts[(info.simulator, c, li, ei)]
-        context, horizon, n_events = layout.context, layout.prediction, len(layout.starts)
-        c_label, length = CONTEXT_LABELS[c], axes.EVENT_LENGTHS[li]
-        setting, future = axes.E_SETTINGS[ei], axes.FUTURES[fi]
+        n_events = len(layout.starts)
+        length, future = axes.EVENT_LENGTHS[li], axes.FUTURES[fi]
         factors = self.factors[i, : n_events * k].reshape(n_events, k)
         chosen = factors[replay_source] if future == "replay" else self.novel[i, :k]
-        slot = self.slots[i]
         record = {
             "window_start": window_start,
             "event_starts": list(layout.starts),
@@ -284,38 +282,90 @@ class SlotBatch:
             "shapes": list(info.shapes[:k]),
             "base_values": list(info.base_values[:k]),
             "world": info.world,
-            "slot": slot,
+            "slot": self.slots[i],
             "seed": self.seed,
         }
-        data = self.arrays[i]
-        at = (k + 1) * context
-        window = data[at + (k + 1) * horizon :]
         return Task(
-            task_id=(
-                f"{info.simulator}/{info.target}/K{k}-{c_label}-L{length}-{setting}/{future}/"
-                f"{info.world}-{slot}"
-            ),
+            task_id=self.task_id(i),
             future=future,
             simulator=info.simulator,
             target=info.target,
             k=k,
-            c_label=c_label,
+            c_label=CONTEXT_LABELS[c],
             event_length=length,
-            e_setting=setting,
+            e_setting=axes.E_SETTINGS[ei],
             covariates=info.covariates[:k],
             units=dict((info.units,)),
             interval_s=info.interval_s,
             baseline_start=info.baseline_start,
             start_step=window_start,
-            history_target=data[:context],
-            history_covariates=data[context:at].reshape(k, context),
-            future_covariates=data[at : at + k * horizon].reshape(k, horizon),
-            future_target=data[at + k * horizon : at + (k + 1) * horizon],
-            counterfactual_history=window[:context],
-            counterfactual_future=window[context:],
+            **self.task_arrays(i),
             recipe=record,
             world=info.world,
         )
+
+    def task_id(self, i: int) -> str:
+        """Kept slot ``i``'s ``Task.task_id``."""
+        entry, k, c, li, ei, fi = self.rows[i][: kern.FUTURE + 1]
+        info = self.plan.infos[entry]
+        return (
+            f"{info.simulator}/{info.target}/K{k}-{CONTEXT_LABELS[c]}-L{axes.EVENT_LENGTHS[li]}-"
+            f"{axes.E_SETTINGS[ei]}/{axes.FUTURES[fi]}/{info.world}-{self.slots[i]}"
+        )
+
+    def task_arrays(self, i: int) -> dict[str, np.ndarray]:
+        """Kept slot ``i``'s arrays by ``Task`` field, float32 views of its one block (no copy):
+        ``history_target`` (C,), ``history_covariates`` (K, C), ``future_covariates`` (K, H),
+        ``future_target`` (H,), ``counterfactual_history`` (C,), ``counterfactual_future`` (H,)."""
+        entry, k, c, li, ei = self.rows[i][: kern.SETTING + 1]
+        layout = self.plan.layouts[(self.plan.infos[entry].simulator, c, li, ei)]
+        context, horizon = layout.context, layout.prediction
+        data = self.arrays[i]
+        at = (k + 1) * context
+        window = data[at + (k + 1) * horizon :]
+        return {
+            "history_target": data[:context],
+            "history_covariates": data[context:at].reshape(k, context),
+            "future_covariates": data[at : at + k * horizon].reshape(k, horizon),
+            "future_target": data[at + k * horizon : at + (k + 1) * horizon],
+            "counterfactual_history": window[:context],
+            "counterfactual_future": window[context:],
+        }
+
+    def c_label(self, i: int) -> str:
+        """Slot ``i``'s context label (C1..C4)."""
+        return CONTEXT_LABELS[self.rows[i][kern.CONTEXT]]
+
+    def task_fields(self, i: int, index: int) -> dict:
+        """``stream.items.task_fields(self.task(i), index)``, made from the slot's numbers
+        without the ``Task`` (the same values, types and order)."""
+        entry, k, c, li, ei, fi, window_start = self.rows[i][: kern.WINDOW_START + 1]
+        info = self.plan.infos[entry]
+        layout = self.plan.layouts[(info.simulator, c, li, ei)]
+        future = axes.FUTURES[fi]
+        unit_of, unit = info.units
+        return {
+            "index": int(index),
+            "k": k,
+            "context_length": layout.context,
+            "prediction_length": layout.prediction,
+            "event_length": axes.EVENT_LENGTHS[li],
+            "interval_s": int(info.interval_s),
+            "start_step": window_start,
+            "future_index": axes.future_choices().index(future),
+            "c_index": c,
+            "e_index": ei,
+            "task_id": self.task_id(i),
+            "simulator": info.simulator,
+            "target": info.target,
+            "unit": unit if unit_of == info.target else "",
+            "future": future,
+            "c_label": CONTEXT_LABELS[c],
+            "e_setting": axes.E_SETTINGS[ei],
+            "world": info.world,
+            "start": start_text(info.baseline_start, window_start * info.interval_s),
+            "covariates": info.covariates[:k],
+        }
 
 
 def make_batch(

@@ -33,7 +33,7 @@ from whatif_bench.stream.distribution import (
     DistributionError,
     draw,
 )
-from whatif_bench.stream.plan import StreamPlan, build_plan, make_batch
+from whatif_bench.stream.plan import SlotBatch, StreamPlan, build_plan, make_batch
 from whatif_bench.stream.seeding import resolve_seed, slot_rng
 from whatif_bench.stream.sources import SourceError, WorldSource
 
@@ -256,6 +256,14 @@ class TaskStream:
 
         ``stats`` counts each slot's draws as its task is yielded.
         """
+        for made in self.drawn(slots):
+            yield made if isinstance(made, Task) else made[0].task(made[1])
+
+    def drawn(self, slots: Iterable[int]) -> Iterator[Task | tuple[SlotBatch, int]]:
+        """What ``tasks`` builds its tasks of, slot by slot: ``(batch, i)``, whose
+        ``batch.task(i)`` is the slot's task (``SlotBatch`` also gives its arrays and item
+        fields without the ``Task``), or the ``Task`` itself where the reference made it.
+        ``stats`` counts each slot's draws as it is yielded."""
         slots = list(slots)
         for slot in slots:
             if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
@@ -276,7 +284,7 @@ class TaskStream:
                 if status == EXHAUSTED:
                     raise _exhausted(slot, self.max_attempts)
                 self.stats.kept += 1
-                yield batch.task(i)
+                yield batch, i
 
     def _reference_task(self, slot: int, verify: bool = True) -> Task:
         """The task of one slot, made by the benchmark's own functions, one draw at a time.

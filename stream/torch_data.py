@@ -47,6 +47,7 @@ from whatif_bench.stream.items import (
     place_history,
     task_item,
 )
+from whatif_bench.stream.plan import SlotBatch
 from whatif_bench.stream.seeding import resolve_seed
 from whatif_bench.stream.task_stream import BATCH_SLOTS, StreamError, TaskStream
 
@@ -144,11 +145,17 @@ class StreamDataset(IterableDataset):
 
     def indexed_tasks(self) -> Iterator[tuple[int, Task]]:
         """``(slot, task)`` of each task the calling worker makes this epoch, in order: what
-        ``__iter__`` makes its items of (``PaddedBatches`` batches them)."""
+        ``__iter__`` makes its items of."""
+        for slot, made in self.indexed_drawn():
+            yield slot, made if isinstance(made, Task) else made[0].task(made[1])
+
+    def indexed_drawn(self) -> Iterator[tuple[int, Task | tuple[SlotBatch, int]]]:
+        """``(slot, drawn)`` of each task the calling worker makes this epoch, in order, as
+        ``TaskStream.drawn`` gives them (``PaddedBatches`` batches them without the ``Task``)."""
         shard, num_shards = worker_shard(self.rank, self.world_size)
         stream, slots = self.stream, self.slots(shard, num_shards)
         while batch := list(itertools.islice(slots, BATCH_SLOTS)):  # a kernel call per batch
-            yield from zip(batch, stream.tasks(batch), strict=True)
+            yield from zip(batch, stream.drawn(batch), strict=True)
 
 
 class CorpusDataset(IterableDataset):

@@ -29,6 +29,7 @@ from whatif_bench.stream import (
     task_item,
 )
 from whatif_bench.stream.distribution import CONTEXT_LABELS
+from whatif_bench.stream.items import task_fields
 from whatif_bench.stream.sources import benchmark_sources
 
 torch = importorskip_lazily("torch", reason="needs the train extra (torch)")
@@ -107,6 +108,55 @@ def test_stream_batches_are_the_dataloaders_collated_batches(sources, workers, d
     assert len(made) == len(wanted_batches) == expected
     for batch, wanted_batch in zip(made, wanted_batches, strict=True):
         assert_same_batch(batch, wanted_batch)
+
+
+@pytest.fixture(scope="module")
+def every_world():
+    return benchmark_sources(None)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(first=st.integers(0, 10**9), seed=st.integers(0, 2**32))
+def test_a_slot_batch_gives_each_tasks_item_fields_and_arrays(every_world, first, seed):
+    """What ``PaddedBatches`` takes of a streamed slot without its ``Task`` is the ``Task``'s:
+    ``task_fields`` (values, types, order) and each array (dtype, shape, bytes), every
+    simulator's worlds."""
+    stream = TaskStream(seed, sources=every_world)
+    slots = list(range(first, first + 64))
+    drawn = list(stream.drawn(slots))
+    assert all(isinstance(made, tuple) for made in drawn)  # no slot went to the reference
+    for slot, (batch, i) in zip(slots, drawn, strict=True):
+        task = batch.task(i)
+        wanted = task_fields(task, slot)
+        made = batch.task_fields(i, slot)
+        assert list(made.items()) == list(wanted.items())
+        assert [type(value) for value in made.values()] == [type(v) for v in wanted.values()]
+        assert batch.c_label(i) == task.c_label
+        arrays = batch.task_arrays(i)
+        assert sorted(arrays) == sorted(batches.ITEM_ARRAYS)
+        for name, values in arrays.items():
+            expected = getattr(task, name)
+            assert (values.dtype, values.shape) == (expected.dtype, expected.shape), name
+            assert values.tobytes() == expected.tobytes(), name
+
+
+@pytest.mark.parametrize("by_context", [False, True])
+def test_a_reference_streams_batches_are_the_fast_ones(sources, by_context):
+    """A stream without the kernels (``fast=False``) hands ``PaddedBatches`` its ``Task``s:
+    the same batches as the kernels' slots give."""
+    made = [
+        list(
+            PaddedBatches(
+                StreamDataset(TaskStream(SEED, count=30, sources=sources, fast=fast)),
+                4,
+                by_context=by_context,
+            )
+        )
+        for fast in (True, False)
+    ]
+    assert len(made[0]) == len(made[1]) >= 8
+    for batch, wanted in zip(*made, strict=True):
+        assert_same_batch(batch, wanted)
 
 
 @pytest.mark.parametrize("workers", [0, 2])

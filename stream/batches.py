@@ -4,9 +4,9 @@ DataLoader.
 ``DataLoader(dataset, batch_size=B, collate_fn=collate_tasks)`` turns each task into a
 ``task_item`` dict, then checks each item's arrays as it copies them into the padded batch.
 ``PaddedBatches(dataset, B).loader(num_workers=W)`` (a ``DataLoader`` with ``batch_size=None``
-and ``collate_fn=as_made``) copies each task's arrays into the batch with neither: the same
-batches, tensor for tensor, a little faster with no workers and no faster with workers
-(``benchmarks/bench_dataloader.py``; the arrays are float32 already, so the copy is the same). With
+and ``collate_fn=as_made``) copies each task's arrays into the batch with neither, and takes a
+streamed task from the stream's kernel batch without making its ``Task``: the same batches,
+tensor for tensor, about a tenth faster over the stream (``benchmarks/bench_dataloader.py``). With
 ``by_context=True`` each batch holds tasks of one context label (C1..C4), whose histories are
 of nearly one length, so a batch is mostly tasks rather than padding. Needs the ``train``
 extra.

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from whatif_bench.corpus import Corpus
-from whatif_bench.corpus.fileformat import DATA_DATASETS
+from whatif_bench.corpus.fileformat import DATA_DATASETS, PAIR_COLUMNS
 from whatif_bench.errors import WhatIfError
 from whatif_bench.generator import checking
 from whatif_bench.generator.checking import verify_corpus
@@ -76,28 +76,7 @@ def test_a_sound_corpus_is_checked_a_target_at_a_time(two_target_corpus, monkeyp
     assert wholes == [True, True]
 
 
-# every /pairs column the whole-target check compares, and the arrays it reads
-PAIR_COLUMNS = [
-    "pair_id",
-    "c_label",
-    "e_setting",
-    "k",
-    "event_length",
-    "n_events",
-    "context",
-    "prediction",
-    "window_start",
-    "replay_source",
-    "kept",
-    "drop_reason",
-    "min_history_ratio",
-    "replay_ratio",
-    "novel_ratio",
-    "event_offset",
-    "factor_offset",
-    "kfactor_offset",
-    *(f"{name}_offset" for name in DATA_DATASETS),
-]
+# every /pairs column (the whole-target check compares each) and every array it reads
 ARRAYS = {
     "events/start": "event_offset",
     "events/direction": "event_offset",

@@ -591,9 +591,9 @@ def _check_rows(context: _RowContext, positions: list[int]) -> _RowLog:
                 relationship = registry.get(*key)
                 if key not in baselines:
                     baselines[key] = corpus.baseline(*key)
-                if key != expected_target:
-                    expected_target = key
+                if key != expected_target:  # (set once made: a failure is the pairs' to name)
                     expected = _target_pairs(relationship, baselines[key], seed)
+                    expected_target = key
                 if _whole_target(context, key, run, relationship, expected, data_scan):
                     log.row_ends.extend([len(log.problems)] * len(run))
                     continue

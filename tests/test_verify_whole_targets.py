@@ -19,7 +19,7 @@ from whatif_bench.errors import WhatIfError
 from whatif_bench.generator import checking
 from whatif_bench.generator.checking import verify_corpus
 
-SECOND = "epanet/pressure_10"  # the two-target corpus's second target: its offsets start past 0
+SECOND = "sumo/flow_loop_e_0_near"  # the two-target corpus's second target: offsets past 0
 
 
 def _outcome(path) -> tuple:
@@ -143,4 +143,32 @@ def test_any_changed_task_value_is_found_as_the_pair_checks_find_it(
         dataset[index] = new
     outcome = _outcome(path)
     assert outcome[1], f"/data/{name}[{index}] {old} -> {new}: no problem found"
+    assert outcome == _pair_by_pair(path, monkeypatch)
+
+
+def test_targets_split_into_runs_get_the_pair_by_pair_report(
+    two_target_corpus, tmp_path, monkeypatch
+):
+    """Two rows of different targets swapped (every /pairs column): each target's rows come in
+    runs, which are never checked as a whole target; the report is the pair-by-pair one."""
+    path = tmp_path / "swapped.h5"
+    shutil.copyfile(two_target_corpus, path)
+    with h5py.File(path, "r+") as h5:
+        targets = h5["pairs/target"].asstr()[()]
+        second = int(np.flatnonzero(targets == SECOND.split("/")[1])[0])  # SECOND's first row
+        assert second > 0 and targets[second - 1] != targets[second]
+        for column in PAIR_COLUMNS:
+            values = h5[f"pairs/{column}"]
+            values[second - 1], values[second] = values[second], values[second - 1]
+    wholes = []
+    real = checking._whole_target
+
+    def counting(*args):
+        wholes.append(real(*args))
+        return wholes[-1]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(checking, "_whole_target", counting)
+        outcome = _outcome(path)
+    assert wholes and not any(wholes)
     assert outcome == _pair_by_pair(path, monkeypatch)

@@ -693,11 +693,8 @@ def _whole_target(
             return False
     if not _same_events(context, starts, built):
         return False
-    names = relationship.covariate_names
     for result in kept_results:
-        if min(result.history_ratios.min(), result.replay_ratio, result.novel_ratio) < THRESHOLD:
-            return False
-        if novel_reach(result.recipe, relationship).inside(names[: result.recipe.key.k]):
+        if _kept_pair_problems(result.recipe.key.pair_id, result.recipe, result, relationship):
             return False
     arrays = {}
     for name in DATA_DATASETS:
@@ -744,11 +741,11 @@ def _same_events(context: _RowContext, starts: dict[str, int], built) -> bool:
         (futures["replay_factors"][k0 : k0 + k], np.concatenate(built.future_factors["replay"])),
         (futures["novel_factors"][k0 : k0 + k], np.concatenate(built.future_factors["novel"])),
     )
-    if not all(a.shape == b.shape and np.array_equal(a, b) for a, b in pairs):
+    if not all(np.array_equal(stored, rebuilt) for stored, rebuilt in pairs):  # (shapes too)
         return False
     ratios = context.event_ratios[e0 : e0 + n_events]
     rebuilt = np.asarray(built.events["ratio"], dtype=np.float64)
-    return ratios.shape == rebuilt.shape and bool(np.array_equal(ratios, rebuilt, equal_nan=True))
+    return bool(np.array_equal(ratios, rebuilt, equal_nan=True))
 
 
 def _check_pair(
@@ -794,14 +791,7 @@ def _check_pair(
         return
     if not rebuilt.kept:
         return
-    if min(rebuilt.history_ratios.min(), rebuilt.replay_ratio, rebuilt.novel_ratio) < THRESHOLD:
-        report.problems.append(f"{pair_id}: a kept pair fails the {RULE}")
-    inside = novel_reach(stored, relationship).inside(relationship.covariate_names[: stored.key.k])
-    if inside:
-        report.problems.append(
-            f"{pair_id}: the Novel future does not leave the history's range for "
-            f"{', '.join(inside)}"
-        )
+    report.problems.extend(_kept_pair_problems(pair_id, stored, rebuilt, relationship))
     for name, values in rebuilt.arrays.items():
         stored_values = stored_arrays.get((pair_id, name))
         if stored_values is None or stored_values.size != values.size:
@@ -809,6 +799,22 @@ def _check_pair(
             stored_values = corpus._slice(name, offset, values.size)
         if not np.array_equal(stored_values.view(np.uint32), values.reshape(-1).view(np.uint32)):
             report.problems.append(f"{pair_id}: stored {name} differs from the rebuilt one")
+
+
+def _kept_pair_problems(pair_id: str, recipe, rebuilt: PairResult, relationship) -> list[str]:
+    """What is wrong with a kept pair itself (``recipe`` its stored recipe, ``rebuilt`` its
+    statistics): it fails the rule, or its Novel future stays inside the history's range for
+    some covariate."""
+    problems = []
+    if min(rebuilt.history_ratios.min(), rebuilt.replay_ratio, rebuilt.novel_ratio) < THRESHOLD:
+        problems.append(f"{pair_id}: a kept pair fails the {RULE}")
+    inside = novel_reach(recipe, relationship).inside(relationship.covariate_names[: recipe.key.k])
+    if inside:
+        problems.append(
+            f"{pair_id}: the Novel future does not leave the history's range for "
+            f"{', '.join(inside)}"
+        )
+    return problems
 
 
 def _target_pairs(relationship, baseline: np.ndarray, seed: int) -> dict[str, PairResult]:

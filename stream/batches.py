@@ -189,7 +189,7 @@ class PaddedBatches(IterableDataset):
         )
         for group in groups:
             if len(group) == self.batch_size or not self.drop_last:
-                yield _pad_parts([part for _, part in group], limits)
+                yield _pad_parts(group, limits)
 
 
 def _parts(dataset: StreamDataset | CorpusDataset) -> Iterator[tuple[str, Part]]:
@@ -208,19 +208,20 @@ def _parts(dataset: StreamDataset | CorpusDataset) -> Iterator[tuple[str, Part]]
             yield batch.c_label(i), (batch.task_arrays(i), batch.task_fields(i, slot))
 
 
-def _in_order(parts: Iterator[tuple[str, Part]], size: int) -> Iterator[list[tuple[str, Part]]]:
-    """Consecutive groups of ``size`` labelled parts; the last may be shorter."""
-    while group := list(itertools.islice(parts, size)):
+def _in_order(parts: Iterator[tuple[str, Part]], size: int) -> Iterator[list[Part]]:
+    """Consecutive groups of ``size`` parts (their labels dropped); the last may be shorter."""
+    unlabelled = (part for _, part in parts)
+    while group := list(itertools.islice(unlabelled, size)):
         yield group
 
 
-def _by_context(parts: Iterator[tuple[str, Part]], size: int) -> Iterator[list[tuple[str, Part]]]:
-    """Groups of ``size`` labelled parts of one context label, each as soon as it is full;
-    then the unfilled groups in ``CONTEXT_LABELS`` order."""
-    waiting: dict[str, list[tuple[str, Part]]] = {label: [] for label in CONTEXT_LABELS}
+def _by_context(parts: Iterator[tuple[str, Part]], size: int) -> Iterator[list[Part]]:
+    """Groups of ``size`` parts of one context label, each as soon as it is full; then the
+    unfilled groups in ``CONTEXT_LABELS`` order."""
+    waiting: dict[str, list[Part]] = {label: [] for label in CONTEXT_LABELS}
     for label, part in parts:
         group = waiting.setdefault(label, [])
-        group.append((label, part))
+        group.append(part)
         if len(group) == size:
             yield group
             waiting[label] = []

@@ -61,7 +61,7 @@ def padded_floor(items: list[dict]) -> dict:
     name (numpy views of the buffer; the tests compare them with ``collate_tasks``'s)."""
     import numpy as np
 
-    from whatif_bench.stream.items import COVARIATE_ARRAYS, FUTURE_ARRAYS, HISTORY_ARRAYS
+    from whatif_bench.stream.slot_blocks import COVARIATE_ARRAYS, FUTURE_ARRAYS, HISTORY_ARRAYS
 
     k_max = max(item["k"] for item in items)
     c_max = max(item["context_length"] for item in items)

@@ -121,6 +121,17 @@ class KernelPlan(NamedTuple):
     threshold: np.ndarray  # (1,) float64: the 10 % rule
 
 
+class SlotBlocks(NamedTuple):
+    """A batch's kept slots' float32 blocks in one array: slot ``i``'s is
+    ``flat[offsets[i]:offsets[i + 1]]`` (empty unless the slot is KEPT)."""
+
+    flat: np.ndarray  # (sum of the blocks' sizes,) float32
+    offsets: np.ndarray  # (n + 1,) int64
+
+    def block(self, i: int) -> np.ndarray:
+        return self.flat[self.offsets[i] : self.offsets[i + 1]]
+
+
 # ---- one attempt ---------------------------------------------------------------------------
 @numba.njit(**INNER_OPTIONS)
 def _pick(plan: KernelPlan, state: np.ndarray, table: int) -> int:
@@ -335,20 +346,25 @@ def _slot_size(plan: KernelPlan, picks: np.ndarray) -> int:
 
 @numba.njit(**INNER_OPTIONS)
 def _store_slot(
-    plan: KernelPlan, picks: np.ndarray, factors: np.ndarray, novel: np.ndarray, scratch: tuple
-) -> tuple:
-    """The kept slot's float32 array from the targets ``_build`` left in ``scratch``, and
-    False if a stored value is beyond float32.
+    plan: KernelPlan,
+    picks: np.ndarray,
+    factors: np.ndarray,
+    novel: np.ndarray,
+    scratch: tuple,
+    out: np.ndarray,
+) -> bool:
+    """Write the kept slot's float32 values, from the targets ``_build`` left in ``scratch``,
+    into ``out`` (``_slot_size``,); False if a stored value is beyond float32.
 
-    The array holds the history target (C), history covariates (K, C), the chosen future's
-    covariates (K, H) and target (H), then the window (C + H). The other future's arrays are
-    rounded too: the reference refuses a pair if any of its stored arrays is not finite.
+    The block holds the history target (C), history covariates (K, C), the chosen future's
+    covariates (K, H) and target (H), then the window (C + H) (``stream.slot_blocks``). The
+    other future's arrays are rounded too: the reference refuses a pair if any of its stored
+    arrays is not finite.
     """
     history, _, futures, profile, _, one, spare = scratch
     k = picks[K]
     layout = plan.layouts[picks[ENTRY], picks[CONTEXT], picks[LENGTH], picks[SETTING]]
     context, horizon, n_events = layout[L_CONTEXT], layout[L_PREDICTION], layout[L_EVENTS]
-    out = np.empty(_slot_size(plan, picks), dtype=np.float32)
     starts = plan.event_starts[layout[L_STARTS] : layout[L_STARTS] + n_events]
     events = factors[: n_events * k].reshape((n_events, k))
     finite = store_rounded(history[:context], out, 0)
@@ -365,7 +381,14 @@ def _store_slot(
         )
         finite &= store_rounded(futures[index, :horizon], target, first + k * horizon)
     store_rounded(_window(plan, picks), out, at + (k + 1) * horizon)
-    return out, finite
+    return finite
+
+
+@numba.njit(**INNER_OPTIONS)
+def _largest_slot(plan: KernelPlan) -> int:
+    """The most float32 values a kept slot of ``plan`` can have (``_slot_size`` at K = MAX_K)."""
+    layouts = plan.layouts.reshape((-1, plan.layouts.shape[-1]))
+    return (MAX_K + 2) * (layouts[:, L_CONTEXT] + layouts[:, L_PREDICTION]).max()
 
 
 @numba.njit(**JIT_OPTIONS)
@@ -379,14 +402,25 @@ def _draw_slots(
     directions: np.ndarray,
     factors: np.ndarray,
     novel: np.ndarray,
-) -> list:
+    packed: bool,
+) -> tuple:
     """Fill each slot's row of ``picks`` (N_PICKS), ``directions``, ``factors`` and ``novel``
-    with the first drawn pair that passes (every first pair when not ``verify``); returns one
-    float32 array per slot (``_store_slot``; empty unless the slot's status is KEPT)."""
+    with the first drawn pair that passes (every first pair when not ``verify``).
+
+    Returns ``(arrays, flat, offsets)``: one float32 array per slot (``_store_slot``'s block,
+    empty unless the slot's status is KEPT), or, when ``packed``, no arrays and the blocks one
+    after another in ``flat``, slot ``i``'s at ``flat[offsets[i]:offsets[i + 1]]`` (``offsets``
+    (n + 1,) int64; ``flat`` and ``offsets`` are empty when not ``packed``).
+    """
     scratch = _scratch(plan)
     state = np.zeros(STATE_WORDS, dtype=np.uint64)
     entropy = np.zeros(prefix.shape[0] + 2, dtype=np.uint64)
-    arrays = []
+    arrays = [np.empty(0, dtype=np.float32) for _ in range(0)]
+    n = slots.shape[0]
+    # untouched pages of the bound cost no memory
+    flat = np.empty(n * _largest_slot(plan) if packed else 0, dtype=np.float32)
+    offsets = np.zeros(n + 1 if packed else 0, dtype=np.int64)
+    used = 0
     for row in range(slots.shape[0]):
         n_words = _slot_entropy(prefix, slots[row], entropy)
         seed_state(entropy[:n_words], state)
@@ -405,14 +439,16 @@ def _draw_slots(
                 pick[STATUS] = FALLBACK
                 break
             pick[REJECTED_HISTORY + outcome - FAILED_HISTORY] += 1
-        if pick[STATUS] == KEPT:
-            out, finite = _store_slot(plan, pick, factors[row], novel[row], scratch)
-            if not finite:
-                pick[STATUS] = FALLBACK
-            arrays.append(out)
+        size = _slot_size(plan, pick) if pick[STATUS] == KEPT else 0
+        out = flat[used : used + size] if packed else np.empty(size, dtype=np.float32)
+        if size and not _store_slot(plan, pick, factors[row], novel[row], scratch, out):
+            pick[STATUS] = FALLBACK
+        if packed:
+            used += size
+            offsets[row + 1] = used
         else:
-            arrays.append(np.empty(0, dtype=np.float32))
-    return arrays
+            arrays.append(out)
+    return arrays, flat[:used], offsets
 
 
 # ---- public, validating wrappers -------------------------------------------------------------
@@ -461,14 +497,20 @@ def check_plan(plan: KernelPlan) -> None:
 
 
 def draw_slots(
-    plan: KernelPlan, prefix: np.ndarray, slots: np.ndarray, max_attempts: int, verify: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    plan: KernelPlan,
+    prefix: np.ndarray,
+    slots: np.ndarray,
+    max_attempts: int,
+    verify: bool,
+    packed: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray] | SlotBlocks]:
     """Draw, check (if ``verify``) and materialise every slot of ``slots`` (``_draw_slots``).
 
     ``prefix`` is the stream's seed words (``random_twin.slot_entropy(seed, (STREAM_DOMAIN,))``).
     Returns ``picks`` (n, N_PICKS) int64, ``directions`` (n, MAX_EVENTS) int8, ``factors``
     (n, MAX_EVENTS * MAX_K) float64 (row-major (events, K)), ``novel`` (n, MAX_K) float64 and
-    one float32 array per slot (``_store_slot``'s layout; empty unless the slot is KEPT).
+    the slots' float32 blocks (``stream.slot_blocks``' layout; empty unless the slot is KEPT):
+    one array per slot, or with ``packed`` a ``SlotBlocks``, all of them in one array.
     """
     check_plan(plan)
     prefix = np.ascontiguousarray(prefix, dtype=np.uint64)
@@ -482,7 +524,8 @@ def draw_slots(
     directions = np.zeros((n, MAX_EVENTS), dtype=np.int8)
     factors = np.zeros((n, MAX_EVENTS * MAX_K))
     novel = np.zeros((n, MAX_K))
-    arrays = _draw_slots(
-        plan, prefix, slots, max_attempts, bool(verify), picks, directions, factors, novel
+    arrays, flat, offsets = _draw_slots(
+        plan, prefix, slots, max_attempts, bool(verify), picks, directions, factors, novel, packed
     )
-    return picks, directions, factors, novel, arrays
+    blocks = SlotBlocks(flat, offsets) if packed else arrays
+    return picks, directions, factors, novel, blocks

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from whatif_bench.corpus import Task
+from whatif_bench.stream._kernels import SlotBlocks
 from whatif_bench.stream.distribution import CONTEXT_LABELS
 from whatif_bench.stream.items import (
     FUTURE_ARRAYS,
@@ -28,6 +30,7 @@ from whatif_bench.stream.items import (
     TEXT_FIELDS,
     task_fields,
 )
+from whatif_bench.stream.slot_blocks import block_arrays, place_blocks
 from whatif_bench.stream.task_stream import StreamError
 
 # torch through torch_data, which names the extra to install when it is missing
@@ -36,7 +39,10 @@ from whatif_bench.stream.torch_data import (
     DataLoader,
     IterableDataset,
     StreamDataset,
+    batch_arrays,
+    batch_limits,
     check_limits,
+    completed_batch,
     padded_batch,
 )
 
@@ -81,22 +87,72 @@ def pad_tasks(
 
 
 ITEM_ARRAYS = (*HISTORY_ARRAYS, *FUTURE_ARRAYS)  # a batch's arrays, in collate_tasks' order
-# a task in a batch: its arrays by name (as Task's fields) and its item fields (task_fields)
-Part = tuple[Mapping[str, np.ndarray], dict]
+
+
+class PackedSlot(NamedTuple):
+    """A streamed slot's block in its kernel call's one array (``make_batch(packed=True)``)."""
+
+    blocks: SlotBlocks
+    i: int
+
+
+# a task in a batch: its arrays by name (as Task's fields) or its packed block, and its item
+# fields (task_fields)
+Part = tuple[Mapping[str, np.ndarray] | PackedSlot, dict]
 
 
 def _arrays_of(task: Task) -> dict[str, np.ndarray]:
     return {name: getattr(task, name) for name in ITEM_ARRAYS}
 
 
+def _part_arrays(source: Mapping[str, np.ndarray] | PackedSlot, fields: dict) -> Mapping:
+    """A part's arrays by name (views of a packed block)."""
+    if not isinstance(source, PackedSlot):
+        return source
+    block = source.blocks.block(source.i)
+    return block_arrays(block, fields["k"], fields["context_length"], fields["prediction_length"])
+
+
 def _pad_parts(parts: Sequence[Part], limits: tuple) -> dict:
-    """The padded batch of ``parts`` (B >= 1), ``limits`` checked (``check_limits``)."""
-    return padded_batch(
-        {name: [arrays[name] for arrays, _ in parts] for name in ITEM_ARRAYS},
-        {name: [fields[name] for _, fields in parts] for name in INT_FIELDS},
-        {name: [fields[name] for _, fields in parts] for name in TEXT_FIELDS},
-        *limits,
-    )
+    """The padded batch of ``parts`` (B >= 1), ``limits`` checked (``check_limits``). When
+    every part is a packed block that fits the batch's shape whole, the blocks are placed by
+    ``place_blocks`` (one kernel call per kernel batch they came from, every cell written, no
+    zeroing); otherwise row by row, as ``collate_tasks`` places them."""
+    numbers = {name: [fields[name] for _, fields in parts] for name in INT_FIELDS}
+    texts = {name: [fields[name] for _, fields in parts] for name in TEXT_FIELDS}
+    shape = batch_limits(numbers, *limits)
+    largest = (max(numbers[name]) for name in ("k", "context_length", "prediction_length"))
+    packed = all(isinstance(source, PackedSlot) for source, _ in parts)
+    if not packed or any(most > limit for most, limit in zip(largest, shape, strict=True)):
+        arrays = [_part_arrays(source, fields) for source, fields in parts]
+        return padded_batch(
+            {name: [row[name] for row in arrays] for name in ITEM_ARRAYS},
+            numbers,
+            texts,
+            *limits,
+        )
+    batch = batch_arrays(ITEM_ARRAYS, len(parts), shape, zeroed=False)
+    out = {name: batch[name].numpy() for name in ITEM_ARRAYS}
+    rows_of: dict[int, tuple[SlotBlocks, list[int], list[int]]] = {}  # by kernel call
+    for row, (source, _) in enumerate(parts):
+        assert isinstance(source, PackedSlot)
+        blocks, rows, slots = rows_of.setdefault(id(source.blocks), (source.blocks, [], []))
+        rows.append(row)
+        slots.append(source.i)
+    columns = {
+        name: np.asarray(numbers[name]) for name in ("k", "context_length", "prediction_length")
+    }
+    for blocks, rows, slots in rows_of.values():
+        place_blocks(
+            blocks.flat,
+            blocks.offsets[slots],
+            columns["k"][rows],
+            columns["context_length"][rows],
+            columns["prediction_length"][rows],
+            np.asarray(rows),
+            out,
+        )
+    return completed_batch(batch, numbers, texts, shape)
 
 
 def as_made(batch: dict) -> dict:
@@ -200,12 +256,13 @@ def _parts(dataset: StreamDataset | CorpusDataset) -> Iterator[tuple[str, Part]]
         for index, task in dataset.indexed_tasks():
             yield task.c_label, (_arrays_of(task), task_fields(task, index))
         return
-    for slot, made in dataset.indexed_drawn():
+    for slot, made in dataset.indexed_drawn(packed=True):
         if isinstance(made, Task):  # a slot the reference made
             yield made.c_label, (_arrays_of(made), task_fields(made, slot))
         else:
             batch, i = made
-            yield batch.c_label(i), (batch.task_arrays(i), batch.task_fields(i, slot))
+            assert isinstance(batch.blocks, SlotBlocks)
+            yield batch.c_label(i), (PackedSlot(batch.blocks, i), batch.task_fields(i, slot))
 
 
 def _in_order(parts: Iterator[tuple[str, Part]], size: int) -> Iterator[list[Part]]:

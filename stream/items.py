@@ -16,15 +16,14 @@ import numpy as np
 from whatif_bench.corpus import Task, start_text
 from whatif_bench.corpus.axes import E_SETTINGS, future_choices
 from whatif_bench.stream.distribution import CONTEXT_LABELS
+
+# float32 arrays whose last axis is the history (C steps) or the future (H steps)
+from whatif_bench.stream.slot_blocks import FUTURE_ARRAYS, HISTORY_ARRAYS
 from whatif_bench.stream.task_stream import StreamError
 
 K_MAX = 5  # the most covariates a task has (axes.K_VALUES)
 ITEM_DTYPE = np.float32
 
-# float32 arrays whose last axis is the history (C steps) or the future (H steps)
-HISTORY_ARRAYS = ("history_target", "history_covariates", "counterfactual_history")
-FUTURE_ARRAYS = ("future_covariates", "future_target", "counterfactual_future")
-COVARIATE_ARRAYS = ("history_covariates", "future_covariates")  # (K, T): padded to K too
 # whole numbers (collated into int64 tensors)
 INT_FIELDS = (
     "index",

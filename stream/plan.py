@@ -26,6 +26,7 @@ from whatif_bench.relationships.verification import THRESHOLD
 from whatif_bench.stream import _kernels as kern
 from whatif_bench.stream.distribution import CANONICAL, CONTEXT_LABELS, AxisDistribution
 from whatif_bench.stream.seeding import STREAM_DOMAIN
+from whatif_bench.stream.slot_blocks import block_arrays
 
 MAX_K = kern.MAX_K
 N_CONTEXTS, N_LENGTHS, N_SETTINGS = len(CONTEXT_LABELS), len(axes.EVENT_LENGTHS), 2
@@ -245,7 +246,9 @@ class SlotBatch:
     directions: np.ndarray  # (n, MAX_EVENTS) int8
     factors: np.ndarray  # (n, MAX_EVENTS * MAX_K) float64
     novel: np.ndarray  # (n, MAX_K) float64
-    arrays: list[np.ndarray]  # one float32 array per kept slot (empty otherwise)
+    # each slot's float32 block (stream.slot_blocks; empty unless kept): one array per slot,
+    # or all in one (make_batch's ``packed``)
+    blocks: list[np.ndarray] | kern.SlotBlocks
 
     def status(self, i: int) -> int:
         """``KEPT``, ``EXHAUSTED`` or ``FALLBACK`` (see ``stream._kernels``)."""
@@ -319,18 +322,13 @@ class SlotBatch:
         ``future_target`` (H,), ``counterfactual_history`` (C,), ``counterfactual_future`` (H,)."""
         entry, k, c, li, ei = self.rows[i][: kern.SETTING + 1]
         layout = self.plan.layouts[(self.plan.infos[entry].simulator, c, li, ei)]
-        context, horizon = layout.context, layout.prediction
-        data = self.arrays[i]
-        at = (k + 1) * context
-        window = data[at + (k + 1) * horizon :]
-        return {
-            "history_target": data[:context],
-            "history_covariates": data[context:at].reshape(k, context),
-            "future_covariates": data[at : at + k * horizon].reshape(k, horizon),
-            "future_target": data[at + k * horizon : at + (k + 1) * horizon],
-            "counterfactual_history": window[:context],
-            "counterfactual_future": window[context:],
-        }
+        return block_arrays(self.block(i), k, layout.context, layout.prediction)
+
+    def block(self, i: int) -> np.ndarray:
+        """Slot ``i``'s float32 block (``stream.slot_blocks``' layout)."""
+        if isinstance(self.blocks, kern.SlotBlocks):
+            return self.blocks.block(i)
+        return self.blocks[i]
 
     def c_label(self, i: int) -> str:
         """Slot ``i``'s context label (C1..C4)."""
@@ -369,19 +367,29 @@ class SlotBatch:
 
 
 def make_batch(
-    plan: StreamPlan, seed: int, slots: Sequence[int], max_attempts: int, verify: bool = True
+    plan: StreamPlan,
+    seed: int,
+    slots: Sequence[int],
+    max_attempts: int,
+    verify: bool = True,
+    *,
+    packed: bool = False,
 ) -> SlotBatch:
     """Draw, verify (unless ``verify`` is False) and materialise ``slots`` in one kernel call.
 
     ``verify=False`` keeps every first draw, skipping the 10 % rule: only for measuring what
     the rule costs (``benchmarks/bench_stream.py``); such tasks may have invisible events.
+    ``packed`` puts every slot's block in one array (``PaddedBatches`` places them into a batch
+    in one kernel call); a ``Task`` made from such a batch holds views of that whole array, so
+    a stream yielding tasks keeps each slot's block apart.
     """
     slots = list(slots)
-    picks, directions, factors, novel, arrays = kern.draw_slots(
+    picks, directions, factors, novel, blocks = kern.draw_slots(
         plan.kernel,
         slot_entropy(seed, (STREAM_DOMAIN,)),
         np.asarray(slots, dtype=np.int64),
         max_attempts,
         verify,
+        packed,
     )
-    return SlotBatch(plan, slots, seed, picks.tolist(), directions, factors, novel, arrays)
+    return SlotBatch(plan, slots, seed, picks.tolist(), directions, factors, novel, blocks)

@@ -259,11 +259,14 @@ class TaskStream:
         for made in self.drawn(slots):
             yield made if isinstance(made, Task) else made[0].task(made[1])
 
-    def drawn(self, slots: Iterable[int]) -> Iterator[Task | tuple[SlotBatch, int]]:
+    def drawn(
+        self, slots: Iterable[int], *, packed: bool = False
+    ) -> Iterator[Task | tuple[SlotBatch, int]]:
         """What ``tasks`` builds its tasks of, slot by slot: ``(batch, i)``, whose
         ``batch.task(i)`` is the slot's task (``SlotBatch`` also gives its arrays and item
         fields without the ``Task``), or the ``Task`` itself where the reference made it.
-        ``stats`` counts each slot's draws as it is yielded."""
+        ``packed`` is ``make_batch``'s (each kernel call's blocks in one array). ``stats`` counts
+        each slot's draws as it is yielded."""
         slots = list(slots)
         for slot in slots:
             if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
@@ -274,7 +277,7 @@ class TaskStream:
             return
         for first in range(0, len(slots), BATCH_SLOTS):
             part = slots[first : first + BATCH_SLOTS]
-            batch = make_batch(plan, self.seed, part, self.max_attempts)
+            batch = make_batch(plan, self.seed, part, self.max_attempts, packed=packed)
             for i, slot in enumerate(part):
                 status = batch.status(i)
                 if status == FALLBACK:  # the reference makes it, or raises its error

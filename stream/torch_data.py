@@ -37,7 +37,6 @@ except ImportError as exc:  # pragma: no cover - the test venv installs the extr
 from whatif_bench.corpus import Corpus, CorpusError, Task
 from whatif_bench.seeding import rng, spawn_code
 from whatif_bench.stream.items import (
-    COVARIATE_ARRAYS,
     FUTURE_ARRAYS,
     HISTORY_ARRAYS,
     INT_FIELDS,
@@ -49,6 +48,7 @@ from whatif_bench.stream.items import (
 )
 from whatif_bench.stream.plan import SlotBatch
 from whatif_bench.stream.seeding import resolve_seed
+from whatif_bench.stream.slot_blocks import COVARIATE_ARRAYS
 from whatif_bench.stream.task_stream import BATCH_SLOTS, StreamError, TaskStream
 
 # the domain of the corpus shuffle's seed sequence (apart from the stream's; whatif_bench.seeding)
@@ -149,13 +149,16 @@ class StreamDataset(IterableDataset):
         for slot, made in self.indexed_drawn():
             yield slot, made if isinstance(made, Task) else made[0].task(made[1])
 
-    def indexed_drawn(self) -> Iterator[tuple[int, Task | tuple[SlotBatch, int]]]:
+    def indexed_drawn(
+        self, *, packed: bool = False
+    ) -> Iterator[tuple[int, Task | tuple[SlotBatch, int]]]:
         """``(slot, drawn)`` of each task the calling worker makes this epoch, in order, as
-        ``TaskStream.drawn`` gives them (``PaddedBatches`` batches them without the ``Task``)."""
+        ``TaskStream.drawn`` gives them (``PaddedBatches`` batches them without the ``Task``,
+        ``packed``)."""
         shard, num_shards = worker_shard(self.rank, self.world_size)
         stream, slots = self.stream, self.slots(shard, num_shards)
         while batch := list(itertools.islice(slots, BATCH_SLOTS)):  # a kernel call per batch
-            yield from zip(batch, stream.drawn(batch), strict=True)
+            yield from zip(batch, stream.drawn(batch, packed=packed), strict=True)
 
 
 class CorpusDataset(IterableDataset):
@@ -351,22 +354,58 @@ def padded_batch(
     (B arrays of numbers each, (T,) or (K, T) as ``ROW_NDIM`` says; any float dtype, cast to
     float32 as they are placed), ``numbers`` (B ints each, ``k``, ``context_length`` and
     ``prediction_length`` among them) and ``texts`` (B values each)."""
-    k_max = max(numbers["k"]) if k_max is None else k_max
-    context_max = max(numbers["context_length"]) if context_max is None else context_max
-    horizon_max = max(numbers["prediction_length"]) if horizon_max is None else horizon_max
-    size = len(numbers["k"])
+    limits = batch_limits(numbers, k_max, context_max, horizon_max)
+    batch = batch_arrays(list(arrays), len(numbers["k"]), limits, zeroed=True)
+    for name, rows in arrays.items():
+        _place_rows(batch[name].numpy(), rows, name)
+    return completed_batch(batch, numbers, texts, limits)
+
+
+def batch_limits(
+    numbers: Mapping[str, Sequence[int]],
+    k_max: int | None,
+    context_max: int | None,
+    horizon_max: int | None,
+) -> tuple[int, int, int]:
+    """A batch's (K_max, C_max, H_max): each limit as given, or the rows' largest ``k``,
+    ``context_length`` or ``prediction_length`` where it is ``None``."""
+    return (
+        max(numbers["k"]) if k_max is None else k_max,
+        max(numbers["context_length"]) if context_max is None else context_max,
+        max(numbers["prediction_length"]) if horizon_max is None else horizon_max,
+    )
+
+
+def batch_arrays(
+    names: Sequence[str], size: int, limits: tuple[int, int, int], *, zeroed: bool
+) -> dict[str, torch.Tensor]:
+    """The float32 tensors ``names`` of a batch of ``size`` rows, shaped by ``limits`` (K_max,
+    C_max, H_max): (B, [K_max,] C_max) for ``HISTORY_ARRAYS``, (B, [K_max,] H_max) for the
+    others, views of one storage (``_carve``). Zeros if ``zeroed``; otherwise the main
+    process's are uninitialised, for a caller that writes every cell."""
+    k_max, context_max, horizon_max = limits
     shapes = {
         name: (
             size,
             *((k_max,) if name in COVARIATE_ARRAYS else ()),
             context_max if name in HISTORY_ARRAYS else horizon_max,
         )
-        for name in arrays
+        for name in names
     }
     # one storage per dtype: a worker hands a batch over in 3 shared-memory segments, not 25
-    batch = _carve(ITEM_DTYPE, shapes)
-    for name, rows in arrays.items():
-        _place_rows(batch[name].numpy(), rows, name)
+    return _carve(ITEM_DTYPE, shapes, zeroed=zeroed)
+
+
+def completed_batch(
+    batch: dict[str, torch.Tensor],
+    numbers: Mapping[str, Sequence[int]],
+    texts: Mapping[str, Sequence],
+    limits: tuple[int, int, int],
+) -> dict:
+    """``batch``'s placed float arrays with the masks, the ``numbers`` as one int64 tensor (B,)
+    each and the ``texts`` as lists (B,): what ``collate_tasks`` returns."""
+    k_max, context_max, horizon_max = limits
+    size = len(numbers["k"])
     masks: dict[str, tuple[int, ...]] = {
         "history_mask": (size, context_max),
         "future_mask": (size, horizon_max),
@@ -470,16 +509,20 @@ def _integer(value, name: str) -> int:
     raise StreamError(f"cannot collate: {name} must be a whole number, got {value!r}")
 
 
-def _carve(dtype: type, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+def _carve(
+    dtype: type, shapes: dict[str, tuple[int, ...]], *, zeroed: bool = True
+) -> dict[str, torch.Tensor]:
     """Zeroed tensors shaped as ``shapes`` says, consecutive views of one storage of the numpy
     ``dtype``: numpy's zeros in the main process (calloc'd, several times faster here than
     ``torch.zeros``), and in a DataLoader worker a new shared-memory segment (``_shared_zeros``),
-    which the worker would otherwise copy the batch into to hand it over."""
+    which the worker would otherwise copy the batch into to hand it over. Not ``zeroed``, the
+    main process's storage is numpy's ``empty`` (calloc zeroes reused memory by writing every
+    byte, a sixth of a stream batch's time)."""
     total = sum(math.prod(shape) for shape in shapes.values())
     if get_worker_info() is not None:
         flat = _shared_zeros(total, dtype)
     else:
-        flat = torch.from_numpy(np.zeros(total, dtype=dtype))
+        flat = torch.from_numpy((np.zeros if zeroed else np.empty)(total, dtype=dtype))
     views, start = {}, 0
     for name, shape in shapes.items():
         views[name] = flat[start : start + math.prod(shape)].view(shape)

@@ -20,6 +20,7 @@ def test_engine_and_user_forms_pass_with_the_jit_disabled():
         "tests/test_engine.py",
         "tests/test_generator_kernels.py::test_a_few_pairs_of_each_context_match_the_reference",
         "tests/test_generator_chunks.py::test_the_shuffle_kernel_is_its_numpy_twin",
+        "tests/test_slot_blocks.py::test_the_kernel_places_what_its_numpy_twin_places_and_every_cell_of_its_rows",
         "tests/test_authoring.py::test_user_form_kernel_equals_its_python_definition",
         "tests/test_authoring.py::test_user_effect_is_usable_in_a_new_simulator",
     ]

@@ -110,21 +110,68 @@ def test_stream_batches_are_the_dataloaders_collated_batches(sources, workers, d
         assert_same_batch(batch, wanted_batch)
 
 
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"k_max": 5, "context_max": 9000, "horizon_max": 1000},  # wider: placed by the kernel
+        {"context_max": 1500},  # cropping C4 and C3 histories: placed row by row
+        {"horizon_max": 100},  # shorter than every future: refused as collate_tasks refuses
+    ],
+)
+@pytest.mark.parametrize("by_context", [False, True])
+def test_stream_batches_to_fixed_shapes_are_the_collated_batches(sources, limits, by_context):
+    dataset = StreamDataset(TaskStream(SEED, count=70, sources=sources))
+    made = PaddedBatches(dataset, 8, by_context=by_context, **limits)
+    if "horizon_max" in limits and limits["horizon_max"] < 128:
+        with pytest.raises(StreamError) as refused:
+            list(made)
+        with pytest.raises(StreamError) as wanted_error:
+            collate_tasks(
+                [task_item(task, slot) for slot, task in dataset.indexed_tasks()], **limits
+            )
+        assert str(refused.value) == str(wanted_error.value)
+        return
+    items = {slot: task_item(task, slot) for slot, task in dataset.indexed_tasks()}
+    batches_made = list(made)
+    assert sum(len(batch["index"]) for batch in batches_made) == 70
+    for batch in batches_made:
+        wanted = collate_tasks([items[int(slot)] for slot in batch["index"]], **limits)
+        assert_same_batch(batch, wanted)
+
+
+def test_a_batch_of_packed_slots_and_other_tasks_is_the_collated_batch(sources, tasks):
+    """A slot the reference made, or a corpus task, among packed slots: the batch is placed row
+    by row, as collate_tasks places it."""
+    parts = [
+        part
+        for _, part in batches._parts(StreamDataset(TaskStream(SEED, count=9, sources=sources)))
+    ]
+    assert all(isinstance(source, batches.PackedSlot) for source, _ in parts)
+    other = tasks[-1]  # a corpus task
+    mixed = [*parts[:4], (batches._arrays_of(other), task_fields(other, 99)), *parts[4:]]
+    items = [
+        task_item(task, slot)
+        for slot, task in StreamDataset(TaskStream(SEED, count=9, sources=sources)).indexed_tasks()
+    ]
+    wanted = collate_tasks([*items[:4], task_item(other, 99), *items[4:]])
+    assert_same_batch(batches._pad_parts(mixed, (None, None, None)), wanted)
+
+
 @pytest.fixture(scope="module")
 def every_world():
     return benchmark_sources(None)
 
 
 @settings(max_examples=12, deadline=None, derandomize=True)
-@given(first=st.integers(0, 10**9), seed=st.integers(0, 2**32))
-def test_a_slot_batch_gives_each_tasks_item_fields_and_arrays(every_world, first, seed):
+@given(first=st.integers(0, 10**9), seed=st.integers(0, 2**32), packed=st.booleans())
+def test_a_slot_batch_gives_each_tasks_item_fields_and_arrays(every_world, first, seed, packed):
     """What ``PaddedBatches`` takes of a streamed slot without its ``Task`` is the ``Task`` the
     reference path makes of the slot (``_reference_task``: the benchmark's functions, no
     kernel): ``task_fields`` (values, types, order) and each array (dtype, shape, bytes),
-    every simulator's worlds."""
+    every simulator's worlds, each slot's block apart or all packed in one array."""
     stream = TaskStream(seed, sources=every_world)
     slots = list(range(first, first + 24))
-    drawn = list(stream.drawn(slots))
+    drawn = list(stream.drawn(slots, packed=packed))
     assert all(isinstance(made, tuple) for made in drawn)  # no slot went to the reference
     for slot, (batch, i) in zip(slots, drawn, strict=True):
         task = stream._reference_task(slot)

@@ -35,13 +35,13 @@ from whatif_bench.corpus.random_twin import (
 )
 from whatif_bench.generator.kernels import (
     INNER_OPTIONS,
+    NOGIL_OPTIONS,
     draw_recipe_kernel,
     effect_ratio_kernel,
     store_covariates,
     store_rounded,
 )
 from whatif_bench.relationships.kernels import (
-    JIT_OPTIONS,
     RelationshipConstants,
     apply_events_kernel,
 )
@@ -391,7 +391,7 @@ def _largest_slot(plan: KernelPlan) -> int:
     return (MAX_K + 2) * (layouts[:, L_CONTEXT] + layouts[:, L_PREDICTION]).max()
 
 
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(**NOGIL_OPTIONS)  # StreamDataset draws ahead in a thread
 def _draw_slots(
     plan: KernelPlan,
     prefix: np.ndarray,

@@ -116,8 +116,9 @@ def _part_arrays(source: Mapping[str, np.ndarray] | PackedSlot, fields: dict) ->
 def _pad_parts(parts: Sequence[Part], limits: tuple) -> dict:
     """The padded batch of ``parts`` (B >= 1), ``limits`` checked (``check_limits``). When
     every part is a packed block that fits the batch's shape whole, the blocks are placed by
-    ``place_blocks`` (one kernel call per kernel batch they came from, every cell written, no
-    zeroing); otherwise row by row, as ``collate_tasks`` places them."""
+    ``place_blocks`` (one kernel call per kernel batch they came from) into a batch not zeroed
+    first, the kernel writing the padding's zeros, or in a DataLoader worker into new shared
+    memory, which holds zeros already; otherwise row by row, as ``collate_tasks`` places them."""
     numbers = {name: [fields[name] for _, fields in parts] for name in INT_FIELDS}
     texts = {name: [fields[name] for _, fields in parts] for name in TEXT_FIELDS}
     shape = batch_limits(numbers, *limits)
@@ -131,7 +132,7 @@ def _pad_parts(parts: Sequence[Part], limits: tuple) -> dict:
             texts,
             *limits,
         )
-    batch = batch_arrays(ITEM_ARRAYS, len(parts), shape, zeroed=False)
+    batch, zeros = batch_arrays(ITEM_ARRAYS, len(parts), shape, zeroed=False)
     out = {name: batch[name].numpy() for name in ITEM_ARRAYS}
     rows_of: dict[int, tuple[SlotBlocks, list[int], list[int]]] = {}  # by kernel call
     for row, (source, _) in enumerate(parts):
@@ -151,6 +152,7 @@ def _pad_parts(parts: Sequence[Part], limits: tuple) -> dict:
             columns["prediction_length"][rows],
             np.asarray(rows),
             out,
+            zero_padding=not zeros,
         )
     return completed_batch(batch, numbers, texts, shape)
 

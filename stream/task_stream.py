@@ -271,23 +271,39 @@ class TaskStream:
         for slot in slots:
             if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
                 raise StreamError(f"slot must be a non-negative integer, got {slot!r}")
-        plan = self.plan()
-        if plan is None or not slots:
-            yield from map(self._reference_task, slots)
-            return
         for first in range(0, len(slots), BATCH_SLOTS):
             part = slots[first : first + BATCH_SLOTS]
-            batch = make_batch(plan, self.seed, part, self.max_attempts, packed=packed)
-            for i, slot in enumerate(part):
-                status = batch.status(i)
-                if status == FALLBACK:  # the reference makes it, or raises its error
-                    yield self._reference_task(slot)
-                    continue
-                self.stats.rejected.update(batch.rejected(i))
-                if status == EXHAUSTED:
-                    raise _exhausted(slot, self.max_attempts)
-                self.stats.kept += 1
-                yield batch, i
+            yield from self.drawn_from(part, self.draw_batch(part, packed=packed))
+
+    def draw_batch(self, slots: list[int], *, packed: bool = False) -> SlotBatch | None:
+        """The kernels' batch of ``slots`` (at most ``BATCH_SLOTS`` non-negative ints), or
+        ``None`` for a stream without them (``plan()`` is ``None``). Once ``plan()`` has been
+        built this may run in another thread (the kernel lets go of the GIL): ``StreamDataset``
+        draws the next slots while the current ones are made into items."""
+        plan = self.plan()
+        if plan is None:
+            return None
+        return make_batch(plan, self.seed, slots, self.max_attempts, packed=packed)
+
+    def drawn_from(
+        self, slots: list[int], batch: SlotBatch | None
+    ) -> Iterator[Task | tuple[SlotBatch, int]]:
+        """``drawn``'s yield for ``slots`` from their ``draw_batch``: a kept slot's ``(batch,
+        i)``, the reference's ``Task`` for a slot the kernels left to it (all of them without
+        a batch); ``stats`` counted as each is yielded, ``StreamError`` for an exhausted slot."""
+        if batch is None:
+            yield from map(self._reference_task, slots)
+            return
+        for i, slot in enumerate(slots):
+            status = batch.status(i)
+            if status == FALLBACK:  # the reference makes it, or raises its error
+                yield self._reference_task(slot)
+                continue
+            self.stats.rejected.update(batch.rejected(i))
+            if status == EXHAUSTED:
+                raise _exhausted(slot, self.max_attempts)
+            self.stats.kept += 1
+            yield batch, i
 
     def _reference_task(self, slot: int, verify: bool = True) -> Task:
         """The task of one slot, made by the benchmark's own functions, one draw at a time.

@@ -22,6 +22,7 @@ import itertools
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -100,6 +101,11 @@ class StreamDataset(IterableDataset):
         This process's rank and the number of ranks; ``None`` takes them from
         ``torch.distributed`` when it is initialised (so build the dataset after
         ``init_process_group``), else rank 0 of 1.
+    draw_ahead : bool or None
+        Draw the stream's next ``BATCH_SLOTS`` slots in a background thread while the current
+        ones are turned into items or batches (the kernel lets go of the GIL, so another core
+        draws); the items are the same either way. ``None`` (default): in the main process
+        only, not in DataLoader workers, whose processes keep the cores busy already.
 
     Epoch ``e`` (``set_epoch``) of a counted stream makes slots ``e * count`` ..
     ``(e + 1) * count - 1``: fresh tasks every epoch, replayable from the seed; epoch 0 (the
@@ -113,11 +119,18 @@ class StreamDataset(IterableDataset):
     """
 
     def __init__(
-        self, stream: TaskStream, *, rank: int | None = None, world_size: int | None = None
+        self,
+        stream: TaskStream,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        draw_ahead: bool | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(stream, TaskStream):
             raise StreamError(f"StreamDataset needs a TaskStream, got {type(stream).__name__}")
+        if draw_ahead is not None and not isinstance(draw_ahead, bool):
+            raise StreamError(f"draw_ahead must be True, False or None, got {draw_ahead!r}")
         if stream.num_shards != 1:
             raise StreamError(
                 "StreamDataset shards the stream itself; give it an unsharded TaskStream "
@@ -125,6 +138,7 @@ class StreamDataset(IterableDataset):
             )
         self.stream = stream
         self.rank, self.world_size = resolve_ranks(rank, world_size)
+        self.draw_ahead = draw_ahead
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -154,11 +168,27 @@ class StreamDataset(IterableDataset):
     ) -> Iterator[tuple[int, Task | tuple[SlotBatch, int]]]:
         """``(slot, drawn)`` of each task the calling worker makes this epoch, in order, as
         ``TaskStream.drawn`` gives them (``PaddedBatches`` batches them without the ``Task``,
-        ``packed``)."""
+        ``packed``); the next kernel call drawn in a background thread (``draw_ahead``)."""
         shard, num_shards = worker_shard(self.rank, self.world_size)
         stream, slots = self.stream, self.slots(shard, num_shards)
-        while batch := list(itertools.islice(slots, BATCH_SLOTS)):  # a kernel call per batch
-            yield from zip(batch, stream.drawn(batch, packed=packed), strict=True)
+        chunks = iter(lambda: list(itertools.islice(slots, BATCH_SLOTS)), [])  # a kernel call each
+        ahead = get_worker_info() is None if self.draw_ahead is None else self.draw_ahead
+        if not ahead:
+            for chunk in chunks:
+                yield from zip(chunk, stream.drawn(chunk, packed=packed), strict=True)
+            return
+        stream.plan()  # built here, once: the thread only draws
+        with ThreadPoolExecutor(1, thread_name_prefix="whatif-draw-ahead") as pool:
+            chunk = next(chunks, [])
+            drawing = pool.submit(stream.draw_batch, chunk, packed=packed) if chunk else None
+            while drawing is not None:
+                current, following = drawing.result(), next(chunks, [])
+                if following:  # the next call starts before this one's slots are used
+                    drawing = pool.submit(stream.draw_batch, following, packed=packed)
+                else:
+                    drawing = None
+                yield from zip(chunk, stream.drawn_from(chunk, current), strict=True)
+                chunk = following
 
 
 class CorpusDataset(IterableDataset):
@@ -355,7 +385,7 @@ def padded_batch(
     float32 as they are placed), ``numbers`` (B ints each, ``k``, ``context_length`` and
     ``prediction_length`` among them) and ``texts`` (B values each)."""
     limits = batch_limits(numbers, k_max, context_max, horizon_max)
-    batch = batch_arrays(list(arrays), len(numbers["k"]), limits, zeroed=True)
+    batch, _ = batch_arrays(list(arrays), len(numbers["k"]), limits, zeroed=True)
     for name, rows in arrays.items():
         _place_rows(batch[name].numpy(), rows, name)
     return completed_batch(batch, numbers, texts, limits)
@@ -378,11 +408,12 @@ def batch_limits(
 
 def batch_arrays(
     names: Sequence[str], size: int, limits: tuple[int, int, int], *, zeroed: bool
-) -> dict[str, torch.Tensor]:
+) -> tuple[dict[str, torch.Tensor], bool]:
     """The float32 tensors ``names`` of a batch of ``size`` rows, shaped by ``limits`` (K_max,
     C_max, H_max): (B, [K_max,] C_max) for ``HISTORY_ARRAYS``, (B, [K_max,] H_max) for the
-    others, views of one storage (``_carve``). Zeros if ``zeroed``; otherwise the main
-    process's are uninitialised, for a caller that writes every cell."""
+    others, views of one storage (``_carve``), and whether they hold zeros. They do if
+    ``zeroed``, and always in a DataLoader worker (a new shared-memory segment); otherwise the
+    main process's are uninitialised, for a caller that writes every cell."""
     k_max, context_max, horizon_max = limits
     shapes = {
         name: (
@@ -393,7 +424,7 @@ def batch_arrays(
         for name in names
     }
     # one storage per dtype: a worker hands a batch over in 3 shared-memory segments, not 25
-    return _carve(ITEM_DTYPE, shapes, zeroed=zeroed)
+    return _carve(ITEM_DTYPE, shapes, zeroed=zeroed), zeroed or get_worker_info() is not None
 
 
 def completed_batch(

@@ -370,6 +370,8 @@ class _WarmServer:
     def kill(self) -> None:
         self.process.kill()
         self.process.wait()
+        if self.process.stdout is not None:  # else left to the collector: a ResourceWarning
+            self.process.stdout.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

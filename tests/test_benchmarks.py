@@ -3,6 +3,7 @@ speed is measured, never asserted)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -144,3 +145,18 @@ def test_the_dataloader_benchmarks_padding_floor_makes_collate_tasks_float_array
     assert set(floor) == {*HISTORY_ARRAYS, *FUTURE_ARRAYS}
     for name, array in floor.items():
         assert np.array_equal(array, batch[name].numpy()), name
+
+
+@pytest.mark.slow  # about 10 s: a process per phase
+@pytest.mark.parametrize("phase", ["stream-raw", "stream-batched-0", "stream-context-0"])
+def test_the_dataloader_benchmarks_stream_phases_run(phase):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_dataloader.py"), "--phase", phase]
+        + ["--corpus", "unused.h5", "--count", "40", "--benchmark-worlds"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.splitlines()[-1])
+    assert figures["tasks"] == 40 and figures["seconds"] > 0

@@ -60,10 +60,19 @@ def placements(draw):
     return flat, starts, shapes, rows, (size, k_max, c_max, h_max)
 
 
-def placed(place, flat, starts, shapes, rows, dims) -> dict[str, np.ndarray]:
+def placed(place, flat, starts, shapes, rows, dims, zero_padding=True) -> dict[str, np.ndarray]:
     out = empty_batch(*dims)
     ks, contexts, horizons = (np.array([s[i] for s in shapes], dtype=np.int64) for i in range(3))
-    place(flat, np.array(starts, dtype=np.int64), ks, contexts, horizons, np.array(rows), out)
+    place(
+        flat,
+        np.array(starts, dtype=np.int64),
+        ks,
+        contexts,
+        horizons,
+        np.array(rows),
+        out,
+        zero_padding,
+    )
     return out
 
 
@@ -77,6 +86,14 @@ def test_the_kernel_places_what_its_numpy_twin_places_and_every_cell_of_its_rows
         assert made[name].tobytes() == wanted[name].tobytes(), name
         for row in range(dims[0]):  # given rows written whole, the others untouched
             assert np.isnan(made[name][row]).any() == (row not in rows), (name, row)
+    # without the padding's zeros: the same values, and the padding's cells as they were
+    bare = placed(place_blocks, *case, zero_padding=False)
+    assert_same_bytes(bare, placed(place_blocks_reference, *case, zero_padding=False))
+    for name in BATCH_ARRAYS:
+        kept = ~np.isnan(bare[name])
+        assert np.array_equal(bare[name][kept], made[name][kept]), name
+        padding = np.isnan(bare[name]) & ~np.isnan(made[name])
+        assert not made[name][padding].any(), name  # only zeros were left out
     for start, (k, c, h), row in zip(starts, shapes, rows, strict=True):
         # the twin itself: each array where collate_tasks pads it, zeros around it
         arrays = block_arrays(flat[start:], k, c, h)
@@ -94,6 +111,12 @@ def test_the_kernel_places_what_its_numpy_twin_places_and_every_cell_of_its_rows
                 else (cells[..., :end], cells[..., end:])
             )
             assert np.array_equal(real, values) and not zeros.any(), name
+
+
+def assert_same_bytes(made: dict, wanted: dict) -> None:
+    assert list(made) == list(wanted)
+    for name, array in made.items():
+        assert array.tobytes() == wanted[name].tobytes(), name
 
 
 @pytest.fixture(scope="module")

@@ -189,6 +189,23 @@ def test_a_slot_batch_gives_each_tasks_item_fields_and_arrays(every_world, first
 
 
 @pytest.mark.parametrize("by_context", [False, True])
+def test_batches_drawn_ahead_are_the_batches_drawn_in_turn(sources, by_context):
+    made = [
+        list(
+            PaddedBatches(
+                StreamDataset(TaskStream(SEED, count=140, sources=sources), draw_ahead=ahead),
+                16,
+                by_context=by_context,
+            )
+        )
+        for ahead in (True, False)
+    ]
+    assert len(made[0]) == len(made[1]) >= 9
+    for batch, wanted in zip(*made, strict=True):
+        assert_same_batch(batch, wanted)
+
+
+@pytest.mark.parametrize("by_context", [False, True])
 def test_a_reference_streams_batches_are_the_fast_ones(sources, by_context):
     """A stream without the kernels (``fast=False``) hands ``PaddedBatches`` its ``Task``s:
     the same batches as the kernels' slots give."""

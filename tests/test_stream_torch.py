@@ -349,6 +349,9 @@ def test_bad_dataset_arguments_are_refused(sources, corpus_path, tmp_path):
         StreamDataset(TaskStream(0, sources=sources, shard=1, num_shards=2))
     with pytest.raises(StreamError, match="epoch must be"):
         StreamDataset(TaskStream(0, sources=sources)).set_epoch(-1)
+    for draw_ahead in (1, "yes", 0.0):
+        with pytest.raises(StreamError, match="draw_ahead must be True, False or None"):
+            StreamDataset(TaskStream(0, sources=sources), draw_ahead=draw_ahead)
     with pytest.raises(StreamError, match="empty batch"):
         collate_tasks([])
     with pytest.raises(StreamError, match="context_max must be a positive integer"):
@@ -574,3 +577,105 @@ def test_collate_refuses_a_batch_mixing_items_and_rows(corpus_items):
     with pytest.raises(StreamError, match="some items of the batch have counterfactual_history"):
         collate_tasks([item, _row(corpus_items)])
     assert set(collate_tasks([_row(corpus_items)])) == ROW_BATCH_KEYS
+
+
+# ---- drawing ahead ----------------------------------------------------------------------------
+def _drawing_log(monkeypatch) -> list:
+    """Records ``("draw", first slot)`` at each kernel call and ``("yield", slot)`` at each
+    slot ``TaskStream.drawn_from`` yields, in the order they happen. Before yielding slot 0
+    it gives the next call, if another thread makes it, up to 2 s to be recorded (one
+    drawing ahead starts within milliseconds; without, it comes after)."""
+    import time
+
+    log: list = []
+    draw_batch, drawn_from = TaskStream.draw_batch, TaskStream.drawn_from
+
+    def logged_draw(self, slots, **options):
+        log.append(("draw", slots[0]))
+        return draw_batch(self, slots, **options)
+
+    def logged_drawn_from(self, slots, batch):
+        for slot, made in zip(slots, drawn_from(self, slots, batch), strict=False):
+            if slot == 0:
+                deadline = time.monotonic() + 2
+                while ("draw", slots[-1] + 1) not in log and time.monotonic() < deadline:
+                    time.sleep(0.002)
+            log.append(("yield", slot))
+            yield made
+
+    monkeypatch.setattr(TaskStream, "draw_batch", logged_draw)
+    monkeypatch.setattr(TaskStream, "drawn_from", logged_drawn_from)
+    return log
+
+
+@pytest.mark.parametrize("draw_ahead", [None, True, False])
+def test_drawing_ahead_makes_the_same_items_and_counts(sources, draw_ahead, monkeypatch):
+    """``draw_ahead`` (the default in the main process) draws the next 64 slots before the
+    current ones are yielded; items, batches and the stream's counts are the same either
+    way."""
+    log = _drawing_log(monkeypatch)
+    stream = TaskStream(SEED, count=150, sources=sources)
+    items = [fingerprint(item) for item in StreamDataset(stream, draw_ahead=draw_ahead)]
+    monkeypatch.undo()
+    plain = TaskStream(SEED, count=150, sources=sources)
+    assert items == [fingerprint(task_item(task, slot)) for slot, task in enumerate(plain)]
+    assert (stream.stats.kept, stream.stats.rejected) == (plain.stats.kept, plain.stats.rejected)
+    assert [event for event in log if event[0] == "draw"] == [
+        ("draw", 0),
+        ("draw", 64),
+        ("draw", 128),
+    ]
+    first_yield = log.index(("yield", 0))
+    drawn_before = [event for event in log[:first_yield] if event[0] == "draw"]
+    assert drawn_before == ([("draw", 0)] if draw_ahead is False else [("draw", 0), ("draw", 64)])
+
+
+def test_a_dataloader_worker_does_not_draw_ahead_unless_told(sources, monkeypatch):
+    log = _drawing_log(monkeypatch)
+    monkeypatch.setattr(torch_data, "get_worker_info", lambda: None)
+    list(itertools.islice(StreamDataset(TaskStream(SEED, count=100, sources=sources)), 1))
+    assert log[:2] == [("draw", 0), ("draw", 64)]
+    log.clear()
+
+    class Worker:  # what get_worker_info gives in worker 0 of 1
+        id, num_workers = 0, 1
+
+    monkeypatch.setattr(torch_data, "get_worker_info", lambda: Worker())
+    list(itertools.islice(StreamDataset(TaskStream(SEED, count=100, sources=sources)), 1))
+    assert log == [("draw", 0), ("yield", 0)]
+    log.clear()
+    dataset = StreamDataset(TaskStream(SEED, count=100, sources=sources), draw_ahead=True)
+    list(itertools.islice(dataset, 1))
+    assert log[:2] == [("draw", 0), ("draw", 64)]
+
+
+def _draw_ahead_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name.startswith("whatif-draw-ahead")]
+
+
+def test_stopping_early_or_failing_leaves_no_drawing_thread(sources, monkeypatch):
+    dataset = StreamDataset(TaskStream(SEED, count=1000, sources=sources), draw_ahead=True)
+    items = iter(dataset)
+    next(items)
+    assert len(_draw_ahead_threads()) == 1
+    items.close()  # as a loop's break does once the iterator is dropped
+    assert _draw_ahead_threads() == []
+
+    calls = []
+
+    def failing(self, slots, **options):
+        calls.append(slots[0])
+        if slots[0] >= 64:
+            raise MemoryError("out of memory drawing")
+        return draw_batch(self, slots, **options)
+
+    draw_batch = TaskStream.draw_batch
+    monkeypatch.setattr(TaskStream, "draw_batch", failing)
+    made = []
+    with pytest.raises(MemoryError, match="out of memory drawing"):
+        for item in StreamDataset(TaskStream(SEED, count=1000, sources=sources), draw_ahead=True):
+            made.append(item)
+    assert len(made) == 64 and calls == [0, 64]  # the first call's slots, then its error
+    assert _draw_ahead_threads() == []

@@ -12,8 +12,11 @@ them, in plain numpy and nothing else: what padding alone costs. The DataLoader 
 ``StreamDataset`` and ``CorpusDataset`` behind a ``DataLoader`` with 0 and 2 workers and
 ``collate_tasks`` batches, and the same datasets in ``PaddedBatches`` (the same batches made
 straight from the tasks; for the stream also ``by_context``, batches of one context label);
-worker start-up is included. CPU seconds are the main process's and
-its workers' (summed), so wall times on a loaded machine can be read against them. Every phase
+worker start-up is included. With 0 workers ``StreamDataset`` draws the stream's next kernel
+batch in a second thread (its default ``draw_ahead``) while the main thread makes items or
+batches; the references run in one thread. CPU seconds are the main process's (every thread)
+and its workers' (summed), so wall times on a loaded machine, or with two threads, can be read
+against them. Every phase
 first draws one task outside the timed range, so numba's compilation is not timed. The stream
 draws from the training worlds of ``--simulators`` (built and cached on first use) unless
 ``--benchmark-worlds``; without ``--corpus``, a corpus of a few EPANET and GridLAB-D targets is

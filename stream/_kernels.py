@@ -415,7 +415,7 @@ def _draw_slots(
     scratch = _scratch(plan)
     state = np.zeros(STATE_WORDS, dtype=np.uint64)
     entropy = np.zeros(prefix.shape[0] + 2, dtype=np.uint64)
-    arrays = [np.empty(0, dtype=np.float32) for _ in range(0)]
+    arrays = [np.empty(0, dtype=np.float32) for _ in range(0)]  # typed for numba, empty
     n = slots.shape[0]
     # untouched pages of the bound cost no memory
     flat = np.empty(n * _largest_slot(plan) if packed else 0, dtype=np.float32)

@@ -24,13 +24,11 @@ from whatif_bench.corpus import Task
 from whatif_bench.stream._kernels import SlotBlocks
 from whatif_bench.stream.distribution import CONTEXT_LABELS
 from whatif_bench.stream.items import (
-    FUTURE_ARRAYS,
-    HISTORY_ARRAYS,
     INT_FIELDS,
     TEXT_FIELDS,
     task_fields,
 )
-from whatif_bench.stream.slot_blocks import block_arrays, place_blocks
+from whatif_bench.stream.slot_blocks import BATCH_ARRAYS, block_arrays, place_blocks
 from whatif_bench.stream.task_stream import StreamError
 
 # torch through torch_data, which names the extra to install when it is missing
@@ -86,7 +84,7 @@ def pad_tasks(
     return _pad_parts(parts, limits)
 
 
-ITEM_ARRAYS = (*HISTORY_ARRAYS, *FUTURE_ARRAYS)  # a batch's arrays, in collate_tasks' order
+ITEM_ARRAYS = BATCH_ARRAYS  # a batch's arrays, in collate_tasks' order
 
 
 class PackedSlot(NamedTuple):
@@ -123,8 +121,10 @@ def _pad_parts(parts: Sequence[Part], limits: tuple) -> dict:
     texts = {name: [fields[name] for _, fields in parts] for name in TEXT_FIELDS}
     shape = batch_limits(numbers, *limits)
     largest = (max(numbers[name]) for name in ("k", "context_length", "prediction_length"))
-    packed = all(isinstance(source, PackedSlot) for source, _ in parts)
-    if not packed or any(most > limit for most, limit in zip(largest, shape, strict=True)):
+    packed = [source for source, _ in parts if isinstance(source, PackedSlot)]
+    if len(packed) < len(parts) or any(
+        most > limit for most, limit in zip(largest, shape, strict=True)
+    ):
         arrays = [_part_arrays(source, fields) for source, fields in parts]
         return padded_batch(
             {name: [row[name] for row in arrays] for name in ITEM_ARRAYS},
@@ -135,8 +135,7 @@ def _pad_parts(parts: Sequence[Part], limits: tuple) -> dict:
     batch, zeros = batch_arrays(ITEM_ARRAYS, len(parts), shape, zeroed=False)
     out = {name: batch[name].numpy() for name in ITEM_ARRAYS}
     rows_of: dict[int, tuple[SlotBlocks, list[int], list[int]]] = {}  # by kernel call
-    for row, (source, _) in enumerate(parts):
-        assert isinstance(source, PackedSlot)
+    for row, source in enumerate(packed):
         blocks, rows, slots = rows_of.setdefault(id(source.blocks), (source.blocks, [], []))
         rows.append(row)
         slots.append(source.i)

@@ -123,7 +123,8 @@ class KernelPlan(NamedTuple):
 
 class SlotBlocks(NamedTuple):
     """A batch's kept slots' float32 blocks in one array: slot ``i``'s is
-    ``flat[offsets[i]:offsets[i + 1]]`` (empty unless the slot is KEPT)."""
+    ``flat[offsets[i]:offsets[i + 1]]`` (empty where no draw passed; a slot turned FALLBACK for a
+    value beyond float32 keeps its block, which nothing reads)."""
 
     flat: np.ndarray  # (sum of the blocks' sizes,) float32
     offsets: np.ndarray  # (n + 1,) int64
@@ -408,9 +409,10 @@ def _draw_slots(
     with the first drawn pair that passes (every first pair when not ``verify``).
 
     Returns ``(arrays, flat, offsets)``: one float32 array per slot (``_store_slot``'s block,
-    empty unless the slot's status is KEPT), or, when ``packed``, no arrays and the blocks one
-    after another in ``flat``, slot ``i``'s at ``flat[offsets[i]:offsets[i + 1]]`` (``offsets``
-    (n + 1,) int64; ``flat`` and ``offsets`` are empty when not ``packed``).
+    empty where no draw passed, unread for a slot turned FALLBACK), or, when ``packed``, no
+    arrays and the blocks one after another in ``flat``, slot ``i``'s at
+    ``flat[offsets[i]:offsets[i + 1]]`` (``offsets`` (n + 1,) int64; ``flat`` and ``offsets``
+    are empty when not ``packed``).
     """
     scratch = _scratch(plan)
     state = np.zeros(STATE_WORDS, dtype=np.uint64)
@@ -509,7 +511,7 @@ def draw_slots(
     ``prefix`` is the stream's seed words (``random_twin.slot_entropy(seed, (STREAM_DOMAIN,))``).
     Returns ``picks`` (n, N_PICKS) int64, ``directions`` (n, MAX_EVENTS) int8, ``factors``
     (n, MAX_EVENTS * MAX_K) float64 (row-major (events, K)), ``novel`` (n, MAX_K) float64 and
-    the slots' float32 blocks (``stream.slot_blocks``' layout; empty unless the slot is KEPT):
+    the slots' float32 blocks (``stream.slot_blocks``' layout; read for KEPT slots only):
     one array per slot, or with ``packed`` a ``SlotBlocks``, all of them in one array.
     """
     check_plan(plan)

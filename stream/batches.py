@@ -251,8 +251,9 @@ class PaddedBatches(IterableDataset):
 
 def _parts(dataset: StreamDataset | CorpusDataset) -> Iterator[tuple[str, Part]]:
     """``(context label, part)`` of each task the calling worker makes, in order. A streamed
-    task's part comes from the kernels' batch without its ``Task`` (``SlotBatch.task_arrays``
-    and ``task_fields``: a ``Task`` and its item fields cost about as much as batching)."""
+    task's part is its block in its kernel call's one array (``PackedSlot``) and its item
+    fields (``SlotBatch.task_fields``), without its ``Task``: a ``Task`` and its item fields
+    cost about as much as batching."""
     if isinstance(dataset, CorpusDataset):
         for index, task in dataset.indexed_tasks():
             yield task.c_label, (_arrays_of(task), task_fields(task, index))
@@ -262,7 +263,8 @@ def _parts(dataset: StreamDataset | CorpusDataset) -> Iterator[tuple[str, Part]]
             yield made.c_label, (_arrays_of(made), task_fields(made, slot))
         else:
             batch, i = made
-            assert isinstance(batch.blocks, SlotBlocks)
+            if not isinstance(batch.blocks, SlotBlocks):
+                raise TypeError("indexed_drawn(packed=True) gave a batch of separate blocks")
             yield batch.c_label(i), (PackedSlot(batch.blocks, i), batch.task_fields(i, slot))
 
 
@@ -273,14 +275,48 @@ def _in_order(parts: Iterator[tuple[str, Part]], size: int) -> Iterator[list[Par
         yield group
 
 
+SHARED_CALLS = 2  # kernel calls whose one array parts waiting for their label may share
+
+
 def _by_context(parts: Iterator[tuple[str, Part]], size: int) -> Iterator[list[Part]]:
     """Groups of ``size`` parts of one context label, each as soon as it is full; then the
-    unfilled groups in ``CONTEXT_LABELS`` order."""
+    unfilled groups in ``CONTEXT_LABELS`` order.
+
+    A waiting packed part would keep its whole kernel call's array alive (64 slots' blocks)
+    until its label's group fills: for a rare label, many calls' arrays. Parts may share the
+    arrays of the latest ``SHARED_CALLS`` calls; when a part of a newer call comes, those of
+    older calls still waiting are copied together into an array of their own (``_compacted``),
+    so what waits holds about its own blocks' bytes."""
     waiting: dict[str, list[Part]] = {label: [] for label in CONTEXT_LABELS}
+    shared: list[SlotBlocks] = []  # the latest calls' arrays, oldest first
     for label, part in parts:
+        source = part[0]
+        if isinstance(source, PackedSlot) and (not shared or source.blocks is not shared[-1]):
+            shared.append(source.blocks)
+            if len(shared) > SHARED_CALLS:
+                _compact(waiting, shared.pop(0))
         group = waiting.setdefault(label, [])
         group.append(part)
         if len(group) == size:
             yield group
             waiting[label] = []
     yield from (group for group in waiting.values() if group)
+
+
+def _compact(waiting: dict[str, list[Part]], blocks: SlotBlocks) -> None:
+    """The waiting parts whose block is in ``blocks`` moved, in place, to one new array of
+    their blocks alone."""
+    places = [
+        (group, position, source.i)
+        for group in waiting.values()
+        for position, (source, _) in enumerate(group)
+        if isinstance(source, PackedSlot) and source.blocks is blocks
+    ]
+    if not places:
+        return
+    kept = [blocks.block(i) for _, _, i in places]
+    offsets = np.zeros(len(kept) + 1, dtype=np.int64)
+    np.cumsum([block.size for block in kept], out=offsets[1:])
+    compacted = SlotBlocks(np.concatenate(kept), offsets)
+    for j, (group, position, _) in enumerate(places):
+        group[position] = (PackedSlot(compacted, j), group[position][1])

@@ -246,7 +246,7 @@ class SlotBatch:
     directions: np.ndarray  # (n, MAX_EVENTS) int8
     factors: np.ndarray  # (n, MAX_EVENTS * MAX_K) float64
     novel: np.ndarray  # (n, MAX_K) float64
-    # each slot's float32 block (stream.slot_blocks; empty unless kept): one array per slot,
+    # each slot's float32 block (stream.slot_blocks; read for kept slots): one array per slot,
     # or all in one (make_batch's ``packed``)
     blocks: list[np.ndarray] | kern.SlotBlocks
 

@@ -168,16 +168,17 @@ def place_blocks(
         Block ``j``'s offset in ``flat``, its K, C and H (steps), and its row of the batch.
     out : mapping of ``BATCH_ARRAYS`` to C-contiguous float32 arrays
         (B, C_max), (B, K_max, C_max), (B, C_max), (B, K_max, H_max), (B, H_max), (B, H_max):
-        the rows ``rows`` are written whole; the others are left as they are.
+        the rows ``rows`` are written (whole with ``zero_padding``); the others are left as
+        they are.
     zero_padding : bool
         Write the zeros around the values; ``False`` leaves those cells as they are (rows
         that hold zeros already: a DataLoader worker's new shared memory, whose pages cost
         nothing until written).
     """
-    columns = [
-        np.ascontiguousarray(values, dtype=np.int64)
-        for values in (starts, ks, contexts, horizons, rows)
-    ]
+    given = [np.asarray(values) for values in (starts, ks, contexts, horizons, rows)]
+    if any(values.dtype.kind not in "iu" for values in given if values.size):
+        raise ValueError("starts, ks, contexts, horizons and rows must be integers")
+    columns = [np.ascontiguousarray(values, dtype=np.int64) for values in given]
     arrays = [out[name] for name in BATCH_ARRAYS]
     shapes = [array.shape for array in arrays]
     if len(shapes[1]) != 3 or len(shapes[4]) != 2:

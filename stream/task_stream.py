@@ -268,9 +268,7 @@ class TaskStream:
         ``packed`` is ``make_batch``'s (each kernel call's blocks in one array). ``stats`` counts
         each slot's draws as it is yielded."""
         slots = list(slots)
-        for slot in slots:
-            if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
-                raise StreamError(f"slot must be a non-negative integer, got {slot!r}")
+        _check_slots(slots)
         for first in range(0, len(slots), BATCH_SLOTS):
             part = slots[first : first + BATCH_SLOTS]
             yield from self.drawn_from(part, self.draw_batch(part, packed=packed))
@@ -280,6 +278,7 @@ class TaskStream:
         ``None`` for a stream without them (``plan()`` is ``None``). Once ``plan()`` has been
         built this may run in another thread (the kernel lets go of the GIL): ``StreamDataset``
         draws the next slots while the current ones are made into items."""
+        _check_slots(slots)
         plan = self.plan()
         if plan is None:
             return None
@@ -352,6 +351,13 @@ class TaskStream:
             self.stats.kept += 1
             return _task(entry, result, future, slot, self.seed)
         raise _exhausted(slot, self.max_attempts)
+
+
+def _check_slots(slots: list) -> None:
+    """A ``StreamError`` for the first slot that is not a non-negative integer."""
+    for slot in slots:
+        if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
+            raise StreamError(f"slot must be a non-negative integer, got {slot!r}")
 
 
 def _exhausted(slot: int, max_attempts: int) -> StreamError:

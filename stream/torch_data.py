@@ -543,7 +543,7 @@ def _integer(value, name: str) -> int:
 def _carve(
     dtype: type, shapes: dict[str, tuple[int, ...]], *, zeroed: bool = True
 ) -> dict[str, torch.Tensor]:
-    """Zeroed tensors shaped as ``shapes`` says, consecutive views of one storage of the numpy
+    """Tensors shaped as ``shapes`` says, zeroed, consecutive views of one storage of the numpy
     ``dtype``: numpy's zeros in the main process (calloc'd, several times faster here than
     ``torch.zeros``), and in a DataLoader worker a new shared-memory segment (``_shared_zeros``),
     which the worker would otherwise copy the batch into to hand it over. Not ``zeroed``, the

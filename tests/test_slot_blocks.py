@@ -170,6 +170,8 @@ def _arguments(**changes):
         ({"flat": np.zeros((2, 100), dtype=np.float32)}, "flat must be a 1-D float32 array"),
         ({"starts": np.array([0, 171])}, "outside flat"),
         ({"starts": np.array([-1, 60])}, "outside flat"),
+        ({"starts": np.array([0.0, 60.0])}, "must be integers"),
+        ({"rows": np.array([True, False])}, "must be integers"),
         ({"ks": np.array([3, 1])}, "does not fit its row of the batch: K beyond it"),
         ({"contexts": np.array([11, 7])}, "of the batch: C beyond it"),
         ({"horizons": np.array([4, 5])}, "of the batch: H beyond it"),

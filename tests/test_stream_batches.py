@@ -139,6 +139,62 @@ def test_stream_batches_to_fixed_shapes_are_the_collated_batches(sources, limits
         assert_same_batch(batch, wanted)
 
 
+def test_batches_of_packed_slots_are_placed_by_the_kernel_unless_they_do_not_fit(
+    sources, monkeypatch
+):
+    calls = Counter()
+    for name in ("place_blocks", "padded_batch"):
+        monkeypatch.setattr(batches, name, counted(getattr(batches, name), calls, name))
+    dataset = StreamDataset(TaskStream(SEED, count=70, sources=sources))
+    list(PaddedBatches(dataset, 8))
+    list(PaddedBatches(dataset, 8, k_max=5, context_max=9000, horizon_max=1000))
+    assert calls["place_blocks"] >= 18 and calls["padded_batch"] == 0
+    list(PaddedBatches(dataset, 8, by_context=True, context_max=1500))  # crops C3 and C4
+    assert calls["padded_batch"] >= 2
+
+
+def counted(function, calls: Counter, name: str):
+    def counting(*args, **kwargs):
+        calls[name] += 1
+        return function(*args, **kwargs)
+
+    return counting
+
+
+def test_parts_waiting_for_a_rare_label_hold_their_own_blocks_not_their_kernel_calls():
+    """A label seen once a kernel call waits many calls for its group: what waits keeps at
+    most ``SHARED_CALLS`` calls' arrays alive, and every part its own values."""
+    import weakref
+
+    import numpy as np
+
+    from whatif_bench.stream._kernels import SlotBlocks
+
+    alive, values = [], {}
+
+    def parts():
+        for call in range(40):
+            flat = np.arange(call * 1000, call * 1000 + 80, dtype=np.float32)
+            blocks = SlotBlocks(flat, np.arange(0, 81, 10))
+            alive.append(weakref.ref(flat))
+            for i in range(8):
+                label = "C4" if i == 3 else "C1"
+                values[(call, i)] = blocks.block(i).copy()
+                yield label, (batches.PackedSlot(blocks, i), {"key": (call, i)})
+            del flat, blocks
+
+    seen = []
+    for group in batches._by_context(parts(), 16):
+        held = sum(ref() is not None for ref in alive)
+        # + the call whose parts are coming; far fewer than the 16 calls a C4 group spans
+        assert held <= batches.SHARED_CALLS + 1 <= 4, held
+        for source, fields in group:
+            assert source.blocks.block(source.i).tobytes() == values[fields["key"]].tobytes()
+            seen.append(fields["key"])
+    assert sorted(seen) == sorted(values)
+    assert [key for key in seen if key[1] == 3][:16] == [(call, 3) for call in range(16)]
+
+
 def test_a_batch_of_packed_slots_and_other_tasks_is_the_collated_batch(sources, tasks):
     """A slot the reference made, or a corpus task, among packed slots: the batch is placed row
     by row, as collate_tasks places it."""
@@ -201,6 +257,29 @@ def test_batches_drawn_ahead_are_the_batches_drawn_in_turn(sources, by_context):
         for ahead in (True, False)
     ]
     assert len(made[0]) == len(made[1]) >= 9
+    for batch, wanted in zip(*made, strict=True):
+        assert_same_batch(batch, wanted)
+
+
+def test_by_context_batches_of_a_rare_label_are_the_reference_streams(sources):
+    """C4 one slot in ten: its parts wait across kernel calls and are moved out of them."""
+    from whatif_bench.stream.distribution import AxisDistribution
+
+    rare = AxisDistribution(contexts={"C1": 0.9, "C4": 0.1})
+    made = [
+        list(
+            PaddedBatches(
+                StreamDataset(
+                    TaskStream(SEED, count=400, sources=sources, distribution=rare, fast=fast)
+                ),
+                8,
+                by_context=True,
+            )
+        )
+        for fast in (True, False)
+    ]
+    assert [batch["c_label"][0] for batch in made[0]].count("C4") >= 3
+    assert len(made[0]) == len(made[1])
     for batch, wanted in zip(*made, strict=True):
         assert_same_batch(batch, wanted)
 

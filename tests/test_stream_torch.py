@@ -349,6 +349,9 @@ def test_bad_dataset_arguments_are_refused(sources, corpus_path, tmp_path):
         StreamDataset(TaskStream(0, sources=sources, shard=1, num_shards=2))
     with pytest.raises(StreamError, match="epoch must be"):
         StreamDataset(TaskStream(0, sources=sources)).set_epoch(-1)
+    for slots in ([True], [1.5], [-1]):
+        with pytest.raises(StreamError, match="slot must be a non-negative integer"):
+            TaskStream(0, sources=sources).draw_batch(slots)
     for draw_ahead in (1, "yes", 0.0):
         with pytest.raises(StreamError, match="draw_ahead must be True, False or None"):
             StreamDataset(TaskStream(0, sources=sources), draw_ahead=draw_ahead)

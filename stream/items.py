@@ -16,8 +16,6 @@ import numpy as np
 from whatif_bench.corpus import Task, start_text
 from whatif_bench.corpus.axes import E_SETTINGS, future_choices
 from whatif_bench.stream.distribution import CONTEXT_LABELS
-
-# float32 arrays whose last axis is the history (C steps) or the future (H steps)
 from whatif_bench.stream.slot_blocks import FUTURE_ARRAYS, HISTORY_ARRAYS
 from whatif_bench.stream.task_stream import StreamError
 

@@ -271,7 +271,7 @@ class TaskStream:
         _check_slots(slots)
         for first in range(0, len(slots), BATCH_SLOTS):
             part = slots[first : first + BATCH_SLOTS]
-            yield from self.drawn_from(part, self.draw_batch(part, packed=packed))
+            yield from self.drawn_from(part, self._draw_batch(part, packed))
 
     def draw_batch(self, slots: list[int], *, packed: bool = False) -> SlotBatch | None:
         """The kernels' batch of ``slots`` (at most ``BATCH_SLOTS`` non-negative ints), or
@@ -279,6 +279,10 @@ class TaskStream:
         built this may run in another thread (the kernel lets go of the GIL): ``StreamDataset``
         draws the next slots while the current ones are made into items."""
         _check_slots(slots)
+        return self._draw_batch(slots, packed)
+
+    def _draw_batch(self, slots: list[int], packed: bool) -> SlotBatch | None:
+        """``draw_batch`` of slots already checked."""
         plan = self.plan()
         if plan is None:
             return None

@@ -547,8 +547,8 @@ def _carve(
     ``dtype``: numpy's zeros in the main process (calloc'd, several times faster here than
     ``torch.zeros``), and in a DataLoader worker a new shared-memory segment (``_shared_zeros``),
     which the worker would otherwise copy the batch into to hand it over. Not ``zeroed``, the
-    main process's storage is numpy's ``empty`` (calloc zeroes reused memory by writing every
-    byte, a sixth of a stream batch's time)."""
+    main process's storage is numpy's ``empty``: calloc zeroes reused memory by writing every
+    byte (in a profile, 17 µs of the 69 µs a by-context stream task's batching took)."""
     total = sum(math.prod(shape) for shape in shapes.values())
     if get_worker_info() is not None:
         flat = _shared_zeros(total, dtype)

@@ -591,11 +591,11 @@ def _drawing_log(monkeypatch) -> list:
     import time
 
     log: list = []
-    draw_batch, drawn_from = TaskStream.draw_batch, TaskStream.drawn_from
+    draw_batch, drawn_from = TaskStream._draw_batch, TaskStream.drawn_from
 
-    def logged_draw(self, slots, **options):
+    def logged_draw(self, slots, packed):
         log.append(("draw", slots[0]))
-        return draw_batch(self, slots, **options)
+        return draw_batch(self, slots, packed)
 
     def logged_drawn_from(self, slots, batch):
         for slot, made in zip(slots, drawn_from(self, slots, batch), strict=False):
@@ -606,7 +606,7 @@ def _drawing_log(monkeypatch) -> list:
             log.append(("yield", slot))
             yield made
 
-    monkeypatch.setattr(TaskStream, "draw_batch", logged_draw)
+    monkeypatch.setattr(TaskStream, "_draw_batch", logged_draw)
     monkeypatch.setattr(TaskStream, "drawn_from", logged_drawn_from)
     return log
 

@@ -3,18 +3,19 @@
 The stream's kernels (``stream._kernels``) write each kept slot's arrays one after another into
 one float32 block of ``(K + 2) * (C + H)`` values, in this order:
 
-====================  ========  ======================================
-``history_target``    (C,)      the target over the context
-``history_covariates`` (K, C)   the covariates over the context, row by row
-``future_covariates`` (K, H)    the chosen future's covariates
-``future_target``     (H,)      the chosen future's target
-``counterfactual``    (C + H,)  the baseline window: ``counterfactual_history`` (C,) then
-                                ``counterfactual_future`` (H,)
-====================  ========  ======================================
+======================  ========  ==========================================================
+``history_target``      (C,)      the target over the context
+``history_covariates``  (K, C)    the covariates over the context, row by row
+``future_covariates``   (K, H)    the chosen future's covariates
+``future_target``       (H,)      the chosen future's target
+``counterfactual``      (C + H,)  the baseline window: ``counterfactual_history`` (C,) then
+                                  ``counterfactual_future`` (H,)
+======================  ========  ==========================================================
 
 ``block_arrays`` gives a block's six arrays as views. ``place_blocks`` writes many blocks into
 the rows of a padded batch in one kernel call, every cell of those rows (the values where
-``collate_tasks`` puts them, zeros elsewhere), so the batch needs no zeroing first;
+``collate_tasks`` puts them, zeros elsewhere), so the batch needs no zeroing first (or, with
+``zero_padding=False``, the values alone, into rows that hold zeros already);
 ``place_blocks_reference`` is its readable numpy twin (tests compare them, also with
 ``NUMBA_DISABLE_JIT=1``).
 """

@@ -225,8 +225,11 @@ def attribution(
     window, in covariate order), ``unattributed`` (``v({})``, normally 0) and, with
     ``per_step``, the (K, H) per-step contributions and (H,) per-step totals."""
     baseline = np.ascontiguousarray(baseline, dtype=np.float64)
-    effects = coalition_effects(relationship, baseline, length, factors)
-    worths = effects.sum(axis=1)
+    if per_step:
+        effects = coalition_effects(relationship, baseline, length, factors)
+        worths = effects.sum(axis=1)
+    else:  # the same sums in one kernel call, without the (2^K, H) effects
+        worths = relationship.coalition_worths(baseline, length, factors)
     phi = shapley(worths)
     names = relationship.covariate_names[: len(factors)]
     out: dict[str, Any] = {

@@ -5,8 +5,9 @@ small NumPy calls, one pair at a time). ``generate_pairs`` makes the same pairs 
 whole target: the recipe's draws come from the numba twin of the pair's NumPy generator
 (``corpus.random_twin``, seeded with ``corpus.seeds.pair_entropy``) in ``draw_recipe``'s order;
 the targets are the relationship engine's own ``apply_events_kernel``; the 10 % statistic sums
-with NumPy's pairwise summation (``pairwise_sum``), so every ratio is NumPy's to the last bit;
-kept pairs are rounded to float32 straight into one block per corpus dataset, in pair order.
+with NumPy's pairwise summation (the engine's ``pairwise_sum``), so every ratio is NumPy's to
+the last bit; kept pairs are rounded to float32 straight into one block per corpus dataset, in
+pair order.
 
 A pair the kernel cannot make exactly as the reference would (a non-finite baseline window, a
 factor pool without values on the side a covariate needs, a factor that is not finite and
@@ -14,9 +15,9 @@ positive, a stored value beyond float32) is marked ``FALLBACK``: the caller make
 reference, which raises the reference's error. Targets with user forms never come here (their
 kernels are compiled at run time; ``target_plan`` returns None).
 
-The helpers without an underscore (``draw_recipe_kernel``, ``pairwise_sum``,
-``effect_ratio_kernel``, ``store_rounded``, ``store_covariates``) are shared with the training
-stream's kernels (``stream/_kernels.py``).
+The helpers without an underscore (``draw_recipe_kernel``, ``effect_ratio_kernel``,
+``store_rounded``, ``store_covariates``) are shared with the training stream's kernels
+(``stream/_kernels.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from whatif_bench.relationships.kernels import (
     RelationshipConstants,
     apply_events_kernel,
     fill_bell_profile,
+    pairwise_sum,
 )
 from whatif_bench.relationships.ranges import NOVEL_OFFSET, NOVEL_SCALE
 from whatif_bench.relationships.verification import THRESHOLD
@@ -106,66 +108,7 @@ class TargetPlan(NamedTuple):
     threshold: float  # the 10 % rule
 
 
-# ---- sums and ratios as NumPy computes them ------------------------------------------------
-@numba.njit(**INNER_OPTIONS)
-def _block_sum(values: np.ndarray, first: int, n: int) -> float:
-    """NumPy's sum of at most 128 values: 8 interleaved lanes (plain order below 8 values)."""
-    if n < 8:
-        total = 0.0
-        for i in range(n):
-            total += values[first + i]
-        return total
-    lanes = np.empty(8)
-    for j in range(8):
-        lanes[j] = values[first + j]
-    i = 8
-    while i < n - (n % 8):
-        for j in range(8):
-            lanes[j] += values[first + i + j]
-        i += 8
-    total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + (
-        (lanes[4] + lanes[5]) + (lanes[6] + lanes[7])
-    )
-    while i < n:
-        total += values[first + i]
-        i += 1
-    return total
-
-
-@numba.njit(**JIT_OPTIONS)
-def pairwise_sum(values: np.ndarray, first: int, n: int) -> float:
-    """``np.sum(values[first:first + n])`` to the bit: NumPy's pairwise summation.
-
-    NumPy sums blocks of at most 128 values (``_block_sum``) and splits longer runs in two at a
-    multiple of 8, adding the halves' sums. The split is done here with explicit stacks, not
-    recursion (numba cannot load a cached recursive function).
-    """
-    if n <= 128:
-        return _block_sum(values, first, n)
-    firsts = np.empty(192, dtype=np.int64)
-    sizes = np.empty(192, dtype=np.int64)  # -1: add the two sums on top of ``sums``
-    sums = np.empty(96)
-    firsts[0], sizes[0] = first, n
-    todo, done = 1, 0
-    while todo:
-        todo -= 1
-        start, size = firsts[todo], sizes[todo]
-        if size < 0:
-            done -= 1
-            sums[done - 1] += sums[done]
-        elif size <= 128:
-            sums[done] = _block_sum(values, start, size)
-            done += 1
-        else:
-            half = size // 2
-            half -= half % 8
-            firsts[todo], sizes[todo] = 0, -1
-            firsts[todo + 1], sizes[todo + 1] = start + half, size - half
-            firsts[todo + 2], sizes[todo + 2] = start, half
-            todo += 3
-    return sums[0]
-
-
+# ---- ratios as NumPy computes them (the sums: relationships.kernels.pairwise_sum) ---------
 @numba.njit(**JIT_OPTIONS)
 def effect_ratio_kernel(
     actual: np.ndarray, baseline: np.ndarray, first: int, n: int, work: np.ndarray

@@ -25,10 +25,15 @@ class KernelSet:
     apply_events: Any
     trajectories: Any
     coalitions: Any
+    worths: Any
 
 
 BUILTIN_KERNELS = KernelSet(
-    k._evaluate_kernel, k.apply_events_kernel, k._trajectories_kernel, k._coalitions_kernel
+    k._evaluate_kernel,
+    k.apply_events_kernel,
+    k._trajectories_kernel,
+    k._coalitions_kernel,
+    k._worths_kernel,
 )
 _custom_cache: dict[tuple[int, ...], KernelSet] = {}
 
@@ -81,5 +86,6 @@ def current_kernels() -> KernelSet:
             _rejit(k.apply_events_kernel, namespace),
             BUILTIN_KERNELS.trajectories,
             _rejit(k._coalitions_kernel, namespace),
+            _rejit(k._worths_kernel, namespace),
         )
     return _custom_cache[key]

@@ -270,6 +270,48 @@ class Relationship:
             rows.append(self.evaluate(y, np.where(members[:, None], matrix, 1.0)))
         return np.array(rows)
 
+    def coalition_worths(self, y: np.ndarray, length: int, factors: np.ndarray) -> np.ndarray:
+        """(2^K,) float64: entry ``m`` is the sum over the steps of ``y`` (T,) of coalition
+        ``m``'s effect (the target minus ``y``, in the target's unit times steps) of one event at
+        step 0 of ``length`` steps with ``factors`` (K,), cut at step T; coalition ``m`` moves
+        the covariates whose bits are set, the others stay at factor 1. One kernel call, equal
+        to the bit to ``coalition_worths_reference`` (the worths a task description
+        attributes)."""
+        y = _as_series(y)
+        factors = np.ascontiguousarray(factors, dtype=np.float64)
+        if factors.ndim != 1:
+            raise RelationshipError(f"an event's factors are (K,), got shape {factors.shape}")
+        k = self._check_k(factors.shape[0])
+        if not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+            raise RelationshipError("factors must be finite and > 0")
+        if isinstance(length, bool) or int(length) != length or length < 1:
+            raise RelationshipError(
+                f"an event's length is a whole number of steps >= 1, got {length!r}"
+            )
+        out = np.empty(2**k)
+        current_kernels().worths(
+            y,
+            int(length),
+            factors,
+            self.kernel_arguments(k).shape_codes,
+            self.kernel_constants(k),
+            out,
+        )
+        return out
+
+    def coalition_worths_reference(
+        self, y: np.ndarray, length: int, factors: np.ndarray
+    ) -> np.ndarray:
+        """``coalition_worths`` the plain way: the event's trajectories over
+        ``max(length, T)`` steps cut at T, every coalition evaluated at every step
+        (``evaluate_coalitions_reference``), minus ``y``, summed by NumPy per coalition."""
+        y = _as_series(y)
+        factors = np.asarray(factors, dtype=np.float64)
+        schedule = EventSchedule(np.array([0]), np.array([length]), factors[None, :])
+        trajectories = self.factor_trajectories(max(int(length), y.shape[0]), schedule)
+        values = self.evaluate_coalitions_reference(y, trajectories[:, : y.shape[0]])
+        return (values - y[None, :]).sum(axis=1)
+
     def evaluate_grid(
         self,
         y: np.ndarray,

@@ -230,6 +230,66 @@ def _coalitions_kernel(
             out[m, t] = _combine(c.combination, y[t], g, acc, c.level, c.lower, c.upper)
 
 
+# ---- sums as NumPy computes them -------------------------------------------------------
+@numba.njit(**JIT_OPTIONS)
+def _block_sum(values: np.ndarray, first: int, n: int) -> float:
+    """NumPy's sum of at most 128 values: 8 interleaved lanes (plain order below 8 values)."""
+    if n < 8:
+        total = 0.0
+        for i in range(n):
+            total += values[first + i]
+        return total
+    lanes = np.empty(8)
+    for j in range(8):
+        lanes[j] = values[first + j]
+    i = 8
+    while i < n - (n % 8):
+        for j in range(8):
+            lanes[j] += values[first + i + j]
+        i += 8
+    total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + (
+        (lanes[4] + lanes[5]) + (lanes[6] + lanes[7])
+    )
+    while i < n:
+        total += values[first + i]
+        i += 1
+    return total
+
+
+@numba.njit(**JIT_OPTIONS)
+def pairwise_sum(values: np.ndarray, first: int, n: int) -> float:
+    """``np.sum(values[first:first + n])`` to the bit: NumPy's pairwise summation.
+
+    NumPy sums blocks of at most 128 values (``_block_sum``) and splits longer runs in two at a
+    multiple of 8, adding the halves' sums. The split is done here with explicit stacks, not
+    recursion (numba cannot load a cached recursive function).
+    """
+    if n <= 128:
+        return _block_sum(values, first, n)
+    firsts = np.empty(192, dtype=np.int64)
+    sizes = np.empty(192, dtype=np.int64)  # -1: add the two sums on top of ``sums``
+    sums = np.empty(96)
+    firsts[0], sizes[0] = first, n
+    todo, done = 1, 0
+    while todo:
+        todo -= 1
+        start, size = firsts[todo], sizes[todo]
+        if size < 0:
+            done -= 1
+            sums[done - 1] += sums[done]
+        elif size <= 128:
+            sums[done] = _block_sum(values, start, size)
+            done += 1
+        else:
+            half = size // 2
+            half -= half % 8
+            firsts[todo], sizes[todo] = 0, -1
+            firsts[todo + 1], sizes[todo + 1] = start + half, size - half
+            firsts[todo + 2], sizes[todo + 2] = start, half
+            todo += 3
+    return sums[0]
+
+
 @numba.njit(**JIT_OPTIONS)
 def fill_bell_profile(length: int, buffer: np.ndarray) -> None:
     """Write the bell weights of an event of ``length`` steps into ``buffer[:length]``."""
@@ -322,3 +382,71 @@ def _trajectories_kernel(
                     out[c, starts[e] + t] = 1.0 + (factor - 1.0) * profile[t]
                 else:
                     out[c, starts[e] + t] = factor
+
+
+@numba.njit(**JIT_OPTIONS)
+def _worths_kernel(
+    y: np.ndarray,
+    length: int,
+    factors: np.ndarray,
+    shape_codes: np.ndarray,
+    constants: RelationshipConstants,
+    out: np.ndarray,
+) -> None:
+    """The worth of every coalition of one event (a task description's attribution): ``out[m]``
+    ((2^K,) float64) is the sum over the steps of ``y`` (T,) of the target under coalition
+    ``m`` minus ``y``, for an event at step 0 of ``length`` steps with ``factors`` (K,) shaped
+    by ``shape_codes`` (K,) and cut at step T. Coalition ``m`` moves the covariates whose bits
+    are set and holds the others at factor 1.
+
+    The very operations of ``_trajectories_kernel`` (the factors), ``_coalitions_kernel`` (every
+    coalition up to the last step any factor moves), ``_evaluate_kernel`` at factor 1 (the steps
+    after it, one value for every coalition) and NumPy's row sums (``pairwise_sum``): equal to
+    the bit to summing ``Relationship.coalition_effects``'s rows with NumPy."""
+    c = constants
+    n = y.shape[0]
+    k = factors.shape[0]
+    neutral = 1.0 if c.combination == MULTIPLICATIVE else 0.0
+    span = min(length, n)
+    profile = np.empty(length)
+    fill_bell_profile(length, profile)
+    shaped = np.empty((k, span))  # the factors over the event's steps inside the window
+    moved_until = 0  # one past the last step where any factor is not 1
+    for t in range(span):
+        for i in range(k):
+            if shape_codes[i] == BELL:
+                shaped[i, t] = 1.0 + (factors[i] - 1.0) * profile[t]
+            else:
+                shaped[i, t] = factors[i]
+            if shaped[i, t] != 1.0:
+                moved_until = t + 1
+    at_one = np.empty(k)
+    moved = np.empty(k)
+    rest = neutral  # every secondary at factor 1, in covariate order
+    for i in range(1, k):
+        r = _effect_value(c.effect_codes[i], 1.0, c.effect_params[i])
+        at_one[i] = _effect_term(c.combination, c.weights[i], r)
+        rest = _accumulate(c.combination, rest, at_one[i])
+    rows = 2**k
+    effects = np.empty(rows * n)  # row m: coalition m's effect at every step
+    for t in range(moved_until):
+        g_one = _primary_value(c.primary_code, y[t], 1.0, c.primary_params)
+        g_moved = _primary_value(c.primary_code, y[t], shaped[0, t], c.primary_params)
+        for i in range(1, k):
+            r = _effect_value(c.effect_codes[i], shaped[i, t], c.effect_params[i])
+            moved[i] = _effect_term(c.combination, c.weights[i], r)
+        for m in range(rows):
+            g = g_moved if m & 1 else g_one
+            acc = neutral
+            for i in range(1, k):
+                term = moved[i] if (m >> i) & 1 else at_one[i]
+                acc = _accumulate(c.combination, acc, term)
+            value = _combine(c.combination, y[t], g, acc, c.level, c.lower, c.upper)
+            effects[m * n + t] = value - y[t]
+    for t in range(moved_until, n):
+        g = _primary_value(c.primary_code, y[t], 1.0, c.primary_params)
+        effect = _combine(c.combination, y[t], g, rest, c.level, c.lower, c.upper) - y[t]
+        for m in range(rows):
+            effects[m * n + t] = effect
+    for m in range(rows):
+        out[m] = pairwise_sum(effects, m * n, n)

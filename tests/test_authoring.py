@@ -49,6 +49,11 @@ def test_user_form_kernel_equals_its_python_definition(extended, rng):
         relationship.evaluate_coalitions(y[:40], factors[:, :40]),
         relationship.evaluate_coalitions_reference(y[:40], factors[:, :40]),
     )
+    # and so is the one that sums an event's coalitions
+    np.testing.assert_array_equal(
+        relationship.coalition_worths(y[:40], 25, factors[:, 7]),
+        relationship.coalition_worths_reference(y[:40], 25, factors[:, 7]),
+    )
 
 
 def test_user_effect_is_usable_in_a_new_simulator(tmp_path, extended):

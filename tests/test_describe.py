@@ -213,6 +213,9 @@ def test_attribution_sums_to_total_for_random_factors(registry, data, k, length,
     np.testing.assert_allclose(
         per_step, result["per_step_total"], rtol=1e-9, atol=1e-9 * (1 + np.abs(baseline).max())
     )
+    # without the per-step parts the worths come from one kernel call: the same numbers
+    plain = attribution(rel, baseline, length, factors)
+    assert plain == {key: result[key] for key in plain}
 
 
 def test_description_is_json_with_a_fixed_layout(described):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from whatif_bench.errors import RelationshipError
 from whatif_bench.relationships import EventSchedule
@@ -163,6 +165,64 @@ def test_evaluate_coalitions_is_bit_identical_to_evaluating_each_coalition(regis
                 relationship.evaluate_coalitions_reference(y, factors),
                 err_msg=f"{relationship.simulator}/{relationship.target} K={k}",
             )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    which=st.integers(0, 10**6),
+    k=st.integers(1, 5),
+    n=st.integers(1, 300),
+    length=st.integers(1, 400),
+    seed=st.integers(0, 2**32 - 1),
+    ones=st.integers(0, 5),
+)
+def test_coalition_worths_equal_summing_every_coalition_evaluated_everywhere(
+    registry, which, k, n, length, seed, ones
+):
+    """One kernel call gives, to the bit, the NumPy sums of every coalition's effect evaluated
+    at every step (the plain way), for every relationship, K, window and event length (shorter
+    than the window, cut by it), with some factors exactly 1 (coalitions that move nothing)."""
+    relationships = list(registry)
+    relationship = relationships[which % len(relationships)]
+    k = min(k, relationship.max_k)
+    rng = np.random.default_rng(seed)
+    low, high = relationship.typical_range
+    y = rng.uniform(low, high, n)
+    factors = _random_factors(rng, k, 1)[:, 0]
+    factors[: min(ones, k - 1)] = 1.0  # never all: the all-ones event is its own case below
+    if relationship.only_increase:
+        factors = np.maximum(factors, 1.0)
+    got = relationship.coalition_worths(y, length, factors)
+    assert got.shape == (2**k,) and got.dtype == np.float64
+    reference = relationship.coalition_worths_reference(y, length, factors)
+    np.testing.assert_array_equal(got, reference, err_msg=f"{relationship.target} K={k}")
+    everywhere = relationship.coalition_worths(y, length, np.ones(k))
+    np.testing.assert_array_equal(
+        everywhere, relationship.coalition_worths_reference(y, length, np.ones(k))
+    )
+
+
+@pytest.mark.parametrize(
+    ("y", "length", "factors", "match"),
+    [
+        (np.ones(10), 4, np.ones((2, 3)), r"factors are \(K,\), got shape \(2, 3\)"),
+        (np.ones(10), 4, np.ones(6), "K must be in 1..5"),
+        (np.ones(10), 4, np.ones(0), "K must be in 1..5"),
+        (np.ones(10), 4, np.array([1.0, np.nan]), "finite and > 0"),
+        (np.ones(10), 4, np.array([1.0, 0.0]), "finite and > 0"),
+        (np.ones(10), 4, np.array([np.inf]), "finite and > 0"),
+        (np.ones(10), 0, np.ones(2), "whole number of steps >= 1, got 0"),
+        (np.ones(10), -3, np.ones(2), "whole number of steps >= 1, got -3"),
+        (np.ones(10), 2.5, np.ones(2), "whole number of steps >= 1, got 2.5"),
+        (np.ones(10), True, np.ones(2), "whole number of steps >= 1, got True"),
+        (np.array([1.0, np.nan, 2.0]), 2, np.ones(2), "non-finite value at step 1"),
+        (np.ones((2, 5)), 2, np.ones(2), "one-dimensional"),
+    ],
+)
+def test_coalition_worths_refuse_what_does_not_fit(registry, y, length, factors, match):
+    relationship = registry.get("epanet", "pressure_10")
+    with pytest.raises(RelationshipError, match=match):
+        relationship.coalition_worths(y, length, factors)
 
 
 @pytest.mark.parametrize(

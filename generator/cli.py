@@ -164,10 +164,9 @@ def _generate(args: argparse.Namespace) -> int:
     )
     started = time.perf_counter()
     path = generate(config, progress=True, cluster=cluster_from_args(args))
-    from whatif_bench.corpus import Corpus, format_summary, summarise
+    from whatif_bench.corpus.summary import file_headline
 
-    with Corpus(path) as corpus:
-        print(format_summary(summarise(corpus)).splitlines()[0])
+    print(file_headline(path))
     print(f"wrote {path} in {time.perf_counter() - started:.1f} s")
     return 0
 

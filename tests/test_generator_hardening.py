@@ -571,6 +571,62 @@ def test_a_guarded_file_writes_any_buffer_in_c_order(tmp_path):
     assert written == b"head" + values.tobytes() + values[:, ::2].tobytes()
 
 
+def test_a_guarded_file_syncs_behind_its_writes_and_waits_for_that_before_closing(
+    tmp_path, monkeypatch
+):
+    """Every SYNC_BEHIND bytes start an fdatasync in a thread (one at a time), so the closing
+    fsync has little left; close waits for it, so the descriptor is never closed under it."""
+    import threading
+    import time
+
+    from whatif_bench import h5write
+
+    calls = []
+    real = os.fdatasync
+
+    def slow_fdatasync(fd):
+        calls.append((fd, threading.current_thread().name, "start"))
+        time.sleep(0.2)
+        real(fd)
+        calls.append((fd, threading.current_thread().name, "end"))
+
+    monkeypatch.setattr(h5write, "SYNC_BEHIND", 1000)
+    monkeypatch.setattr(h5write.os, "fdatasync", slow_fdatasync)
+    guard = h5write.GuardedFile(tmp_path / "f.bin")
+    fd = guard.fd
+    guard.write(b"x" * 999)
+    assert calls == []  # below the threshold: nothing started
+    guard.write(b"y" * 10)
+    guard.write(b"z" * 5000)  # a sync is running: no second one
+    assert guard.syncing is not None and guard.syncing.is_alive()
+    guard.finish()  # waits for it, then fsyncs and closes
+    assert calls == [(fd, "whatif-sync-behind", "start"), (fd, "whatif-sync-behind", "end")]
+    assert guard.fd == -1 and guard.syncing is None
+    assert (tmp_path / "f.bin").read_bytes() == b"x" * 999 + b"y" * 10 + b"z" * 5000
+
+
+def test_a_failed_background_sync_is_the_files_error(tmp_path, monkeypatch):
+    """A disk that fails only when the data reaches it (delayed allocation: ENOSPC or EIO at
+    sync time) is reported by ``check`` and ``finish`` as a failed write is."""
+    import errno
+
+    from whatif_bench import h5write
+
+    def failing_fdatasync(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(h5write, "SYNC_BEHIND", 100)
+    monkeypatch.setattr(h5write.os, "fdatasync", failing_fdatasync)
+    guard = h5write.GuardedFile(tmp_path / "f.bin")
+    guard.write(b"x" * 200)
+    guard.syncing.join()
+    with pytest.raises(OSError, match="No space left"):
+        guard.check()
+    with pytest.raises(OSError, match="No space left"):
+        guard.finish()
+    assert guard.fd == -1
+
+
 def test_a_target_without_pairs_adds_no_rows(tmp_path):
     """An empty target leaves the writer's columns empty, so a run that made nothing is the
     ``GenerationError`` it names, not an ``IndexError``."""

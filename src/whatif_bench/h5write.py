@@ -7,21 +7,31 @@ the process may die with SIGSEGV at exit. ``GuardedFile`` sits between HDF5 and 
 to memory instead, so HDF5 never sees an error and can always close the file. The caller asks
 ``check()`` after each block of work (and ``finish()`` at the end) and gets the ``OSError``.
 After a failure, only what HDF5 still writes before the caller stops is held in memory.
+
+``finish`` makes the file durable with ``fsync``. So that it does not wait for the whole file
+then (about 0.4 s for the default corpus's 158 MB on this project's machines), every
+``SYNC_BEHIND`` bytes written start an ``fdatasync`` in a thread, which waits for the disk
+without Python's lock while the writing goes on; a failure there is remembered as a failed
+write is.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+SYNC_BEHIND = 32 * 2**20  # bytes written between two background syncs (module doc)
 
 
 class GuardedFile:
     """A binary file for h5py's ``fileobj`` driver that never fails a write (see module doc).
 
-    Positions and sizes are in bytes. ``error`` is the first ``OSError`` of a write, or None.
+    Positions and sizes are in bytes. ``error`` is the first ``OSError`` of a write (or of a
+    background sync), or None.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -31,6 +41,8 @@ class GuardedFile:
         self.size = 0
         self.error: OSError | None = None
         self.overflow: dict[int, bytes] = {}  # offset -> bytes written after a failure
+        self.unsynced = 0  # bytes written since the last background sync started
+        self.syncing: threading.Thread | None = None
 
     # ---- the file protocol h5py uses ------------------------------------------------------
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
@@ -56,6 +68,9 @@ class GuardedFile:
                     done += os.pwrite(self.fd, view[done:], self.position + done)
             except OSError as exc:
                 self.error = exc
+            self.unsynced += size
+            if self.unsynced >= SYNC_BEHIND:
+                self._sync_behind()
         if self.error is not None:
             self.overflow.pop(self.position, None)  # re-inserted last: the newest wins
             self.overflow[self.position] = bytes(view)  # a copy: the buffer is h5py's
@@ -90,6 +105,28 @@ class GuardedFile:
     def flush(self) -> None:
         pass
 
+    # ---- syncing behind the writes ---------------------------------------------------------
+    def _sync_behind(self) -> None:
+        """Start an ``fdatasync`` of what is written so far in a thread, unless one is running."""
+        if self.syncing is not None and self.syncing.is_alive():
+            return
+        self.unsynced = 0
+        self.syncing = threading.Thread(target=self._sync, name="whatif-sync-behind", daemon=True)
+        self.syncing.start()
+
+    def _sync(self) -> None:
+        try:
+            os.fdatasync(self.fd)
+        except OSError as exc:
+            if self.error is None:
+                self.error = exc
+
+    def _wait_for_sync(self) -> None:
+        """Wait for the background sync (before the descriptor is synced or closed)."""
+        if self.syncing is not None:
+            self.syncing.join()
+            self.syncing = None
+
     # ---- for the caller --------------------------------------------------------------------
     def check(self) -> None:
         """Raise the first write error, if any."""
@@ -100,6 +137,7 @@ class GuardedFile:
         """Make the written bytes durable (``fsync``, where a full disk may show only now),
         close the descriptor, then raise the first write error, if any."""
         try:
+            self._wait_for_sync()
             if self.error is None:
                 try:
                     os.fsync(self.fd)
@@ -110,6 +148,7 @@ class GuardedFile:
         self.check()
 
     def close(self) -> None:
+        self._wait_for_sync()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

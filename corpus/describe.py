@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from whatif_bench.corpus.axes import NOVEL_REACH, RESTRAINT
-from whatif_bench.corpus.task import window_start_text
+from whatif_bench.corpus.task import window_start_text, window_start_texts
 from whatif_bench.relationships.engine import EventSchedule, Relationship
 
 SCHEMA = "whatif-task-description/1"
@@ -75,47 +75,44 @@ def _with_unit(value: float, unit: str) -> str:
 # ---- the description ------------------------------------------------------------------
 def _event(
     task,
-    relationship: Relationship,
+    covariates: list[tuple[str, str, float, str]],
     kind: str,
     source: str,
     start: int,
+    start_time: str,
     length: int,
-    factors,
+    factors: list[float],
     direction: str,
 ) -> dict[str, Any]:
     """One event: where and how long, and per covariate its factor and peak value.
 
-    ``source``: ``"history event i"`` for history events, ``"replay of history event i"`` or
-    ``"novel"`` for the future one; ``direction``: ``"up"`` or ``"down"``, the way the
+    ``covariates``: the task's K covariates as (name, shape, base value, unit); ``factors``:
+    the event's K factors; ``start_time``: the time of the window's step ``start`` (ISO
+    text); ``source``: ``"history event i"`` for history events, ``"replay of history event
+    i"`` or ``"novel"`` for the future one; ``direction``: ``"up"`` or ``"down"``, the way the
     event pushes the target (a history event, and the one a replay repeats), ``"novel"`` for
     a novel future."""
     window = task.context_length + task.prediction_length
-    start, length = int(start), int(length)
-    # the time of the window's step ``start`` (``task.start`` plus ``start`` steps, made as the
-    # window's start is: pandas' Timestamp + Timedelta cost about half of a description)
-    moment = window_start_text(task.baseline_start, task.start_step + start, task.interval_s)
-    entries = []
-    for info, factor in zip(relationship.covariates[: task.k], factors, strict=True):
-        entries.append(
-            {
-                "covariate": info.name,
-                "shape": info.shape,
-                "factor": float(factor),
-                "peak_value": float(info.base_value * factor),
-                "unit": info.unit,
-            }
-        )
     return {
         "kind": kind,
         "source": source,
         "start_step": start,
-        "start_time": moment,
+        "start_time": start_time,
         "length_steps": length,
         "steps_in_window": int(min(length, window - start)),
         "duration_s": int(length * task.interval_s),
         "duration": duration_text(length * task.interval_s),
         "direction": direction,
-        "covariates": entries,
+        "covariates": [
+            {
+                "covariate": name,
+                "shape": shape,
+                "factor": float(factor),
+                "peak_value": float(base_value * factor),
+                "unit": unit,
+            }
+            for (name, shape, base_value, unit), factor in zip(covariates, factors, strict=True)
+        ],
     }
 
 
@@ -269,19 +266,36 @@ def describe_task(
             f"{relationship.simulator}/{relationship.target} {list(relationship.covariate_names)}"
         )
     length = int(recipe["event_length"])
+    covariates = [
+        (info.name, info.shape, info.base_value, info.unit) for info in relationship.covariates[:k]
+    ]
+    # every event's time in one call (the baseline's start looked up once)
+    starts = [int(start) for start in recipe["event_starts"]]
+    times = window_start_texts(
+        task.baseline_start,
+        [task.start_step + start for start in [*starts, task.context_length]],
+        task.interval_s,
+    )
     events = [
         _event(
             task,
-            relationship,
+            covariates,
             "history",
             f"history event {i}",
             start,
+            start_time,
             length,
             factors,
             "up" if direction > 0 else "down",
         )
-        for i, (start, direction, factors) in enumerate(
-            zip(recipe["event_starts"], recipe["directions"], recipe["factors"], strict=True)
+        for i, (start, start_time, direction, factors) in enumerate(
+            zip(
+                starts,
+                times,
+                recipe["directions"],
+                recipe["factors"],
+                strict=False,  # (times has the future event's too)
+            )
         )
     ]
     replayed = int(recipe["replay_source"])
@@ -291,21 +305,20 @@ def describe_task(
         events.append(
             _event(
                 task,
-                relationship,
+                covariates,
                 "future",
                 f"replay of history event {replayed}" if task.future == "replay" else "novel",
-                task.context_length,
-                future_length,
-                future_factors,
+                int(task.context_length),
+                times[-1],
+                int(future_length),
+                future_factors.tolist(),
                 events[replayed]["direction"] if task.future == "replay" else "novel",
             )
         )
     if baseline_future is None:
         baseline_future = np.asarray(task.counterfactual_future, dtype=np.float64)
     lower, upper = relationship.window
-    future_start = window_start_text(
-        task.baseline_start, task.start_step + task.context_length, task.interval_s
-    )
+    future_start = times[-1]
     return {
         "schema": SCHEMA,
         "task_id": task.task_id,

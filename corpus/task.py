@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,12 +64,24 @@ def window_start_time(baseline_start: str, start_step: int, interval_s: int) -> 
 
 def window_start_text(baseline_start: str, start_step: int, interval_s: int) -> str:
     """``window_start_time(...).isoformat()``, made with the standard library's datetime where
-    that is exact (the same cases as ``window_start_time``; a description makes several)."""
-    seconds = start_step * interval_s
+    that is exact (the same cases as ``window_start_time``)."""
+    return window_start_texts(baseline_start, (start_step,), interval_s)[0]
+
+
+def window_start_texts(
+    baseline_start: str, start_steps: Sequence[int], interval_s: int
+) -> list[str]:
+    """``window_start_text`` of each of ``start_steps``, the baseline's start looked up once (a
+    description has a time per event)."""
     moment, _ = _baseline_moment(baseline_start)
-    if moment is None or not isinstance(seconds, int):
-        return window_start_time(baseline_start, start_step, interval_s).isoformat()
-    return (moment + datetime.timedelta(seconds=seconds)).isoformat()
+    texts = []
+    for start_step in start_steps:
+        seconds = start_step * interval_s
+        if moment is None or not isinstance(seconds, int):
+            texts.append(window_start_time(baseline_start, start_step, interval_s).isoformat())
+        else:
+            texts.append((moment + datetime.timedelta(seconds=seconds)).isoformat())
+    return texts
 
 
 @functools.lru_cache(maxsize=256)

@@ -314,6 +314,34 @@ def test_a_windows_start_time_is_pandas_arithmetic_on_its_baselines_start(start,
     assert (got, got.unit, repr(got)) == (expected, expected.unit, repr(expected))
 
 
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(
+    start=st.sampled_from(
+        [
+            "2024-01-08T00:00:00",
+            "2000-12-01T06:30:00+02:00",
+            "2024-03-31T01:59:59.250000-05:00",
+            "2024-02-29T00:00:00.000000001",  # nanoseconds: pandas' own arithmetic
+        ]
+    ),
+    steps=st.lists(st.integers(0, 10**6), max_size=12),
+    numpy_steps=st.booleans(),
+    interval_s=st.sampled_from([1, 60, 300, 3600]),
+)
+def test_the_start_texts_of_several_windows_are_each_windows_isoformat(
+    start, steps, numpy_steps, interval_s
+):
+    # a description asks for all its events' times at once (window_start_texts); each is the
+    # isoformat of window_start_time, numpy steps (pandas' arithmetic) included
+    from whatif_bench.corpus import window_start_time
+    from whatif_bench.corpus.task import window_start_text, window_start_texts
+
+    given_steps = list(np.array(steps, dtype=np.int64)) if numpy_steps else steps
+    texts = window_start_texts(start, given_steps, interval_s)
+    assert texts == [window_start_time(start, s, interval_s).isoformat() for s in given_steps]
+    assert texts == [window_start_text(start, s, interval_s) for s in given_steps]
+
+
 def test_reading_tasks_by_id_in_any_order_gives_each_as_reading_it_alone(corpus_path):
     # Corpus.tasks reads ITER_CHUNK tasks at once, wherever they lie (CorpusDataset's shuffle)
     import dataclasses

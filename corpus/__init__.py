@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from whatif_bench.corpus.recipe import PairKey, Recipe, draw_recipe, draw_recipe_from
     from whatif_bench.corpus.seeds import pair_entropy, pair_rng
     from whatif_bench.corpus.selection import check_subset, select_tasks
-    from whatif_bench.corpus.summary import format_summary, summarise
+    from whatif_bench.corpus.summary import file_headline, format_summary, summarise
     from whatif_bench.corpus.task import (
         Task,
         TaskInput,
@@ -70,6 +70,7 @@ _EXPORTS = {
     "pair_rng": "whatif_bench.corpus.seeds",
     "check_subset": "whatif_bench.corpus.selection",
     "select_tasks": "whatif_bench.corpus.selection",
+    "file_headline": "whatif_bench.corpus.summary",
     "format_summary": "whatif_bench.corpus.summary",
     "summarise": "whatif_bench.corpus.summary",
     "Task": "whatif_bench.corpus.task",
@@ -104,6 +105,7 @@ __all__ = [
     "draw_recipe",
     "draw_recipe_from",
     "export_describer",
+    "file_headline",
     "format_summary",
     "frequency_alias",
     "pair_entropy",

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -81,7 +81,7 @@ def _event(
     start: int,
     start_time: str,
     length: int,
-    factors: list[float],
+    factors: Sequence[float],
     direction: str,
 ) -> dict[str, Any]:
     """One event: where and how long, and per covariate its factor and peak value.
@@ -289,13 +289,7 @@ def describe_task(
             "up" if direction > 0 else "down",
         )
         for i, (start, start_time, direction, factors) in enumerate(
-            zip(
-                starts,
-                times,
-                recipe["directions"],
-                recipe["factors"],
-                strict=False,  # (times has the future event's too)
-            )
+            zip(starts, times[:-1], recipe["directions"], recipe["factors"], strict=True)
         )
     ]
     replayed = int(recipe["replay_source"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from whatif_bench.corpus import axes
@@ -57,10 +58,10 @@ def summarise(corpus: Corpus) -> dict:
 
 def headline(file: str, kept: int, generated: int, targets: int, seed, version) -> str:
     """The first line of ``format_summary``: ``FILE: KEPT of GENERATED tasks kept (RATE) over
-    N targets; seed S, toolkit V``."""
-    rate = round(kept / generated, 4) if generated else None
+    N targets; seed S, toolkit V`` (RATE ``no tasks`` when none were generated)."""
+    rate = f"{round(kept / generated, 4):.1%}" if generated else "no tasks"
     return (
-        f"{file}: {kept:,} of {generated:,} tasks kept ({rate:.1%}) over {targets} targets; "
+        f"{file}: {kept:,} of {generated:,} tasks kept ({rate}) over {targets} targets; "
         f"seed {seed}, toolkit {version}"
     )
 
@@ -78,7 +79,7 @@ def file_headline(path: str | os.PathLike) -> str:
         simulators, names = pairs["simulator"].asstr()[...], pairs["target"].asstr()[...]
         targets = len(set(zip(simulators, names, strict=True)))
         return headline(
-            str(path),
+            str(Path(path)),  # as a Corpus names its file
             int(attrs["n_tasks_kept"]),
             int(attrs["n_tasks_generated"]),
             targets,

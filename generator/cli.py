@@ -164,7 +164,7 @@ def _generate(args: argparse.Namespace) -> int:
     )
     started = time.perf_counter()
     path = generate(config, progress=True, cluster=cluster_from_args(args))
-    from whatif_bench.corpus.summary import file_headline
+    from whatif_bench.corpus import file_headline
 
     print(file_headline(path))
     print(f"wrote {path} in {time.perf_counter() - started:.1f} s")

@@ -284,7 +284,8 @@ class Relationship:
         k = self._check_k(factors.shape[0])
         if not np.all(np.isfinite(factors)) or np.any(factors <= 0):
             raise RelationshipError("factors must be finite and > 0")
-        if isinstance(length, bool) or int(length) != length or length < 1:
+        whole = isinstance(length, int | np.integer) and not isinstance(length, bool | np.bool_)
+        if not whole or length < 1:
             raise RelationshipError(
                 f"an event's length is a whole number of steps >= 1, got {length!r}"
             )

@@ -262,10 +262,12 @@ def pairwise_sum(values: np.ndarray, first: int, n: int) -> float:
 
     NumPy sums blocks of at most 128 values (``_block_sum``) and splits longer runs in two at a
     multiple of 8, adding the halves' sums. The split is done here with explicit stacks, not
-    recursion (numba cannot load a cached recursive function).
+    recursion (numba cannot load a cached recursive function). NumPy adds the result to the
+    sum's identity, +0.0, which changes nothing but a -0.0 (eight or more -0.0 values), so
+    both returns add it too.
     """
     if n <= 128:
-        return _block_sum(values, first, n)
+        return 0.0 + _block_sum(values, first, n)
     firsts = np.empty(192, dtype=np.int64)
     sizes = np.empty(192, dtype=np.int64)  # -1: add the two sums on top of ``sums``
     sums = np.empty(96)
@@ -287,7 +289,7 @@ def pairwise_sum(values: np.ndarray, first: int, n: int) -> float:
             firsts[todo + 1], sizes[todo + 1] = start + half, size - half
             firsts[todo + 2], sizes[todo + 2] = start, half
             todo += 3
-    return sums[0]
+    return 0.0 + sums[0]
 
 
 @numba.njit(**JIT_OPTIONS)
@@ -402,7 +404,7 @@ def _worths_kernel(
     The very operations of ``_trajectories_kernel`` (the factors), ``_coalitions_kernel`` (every
     coalition up to the last step any factor moves), ``_evaluate_kernel`` at factor 1 (the steps
     after it, one value for every coalition) and NumPy's row sums (``pairwise_sum``): equal to
-    the bit to summing ``Relationship.coalition_effects``'s rows with NumPy."""
+    the bit to summing the rows of ``corpus.describe.coalition_effects`` with NumPy."""
     c = constants
     n = y.shape[0]
     k = factors.shape[0]

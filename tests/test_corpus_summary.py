@@ -8,8 +8,8 @@ import pytest
 
 from tests.conftest import ONE_TARGET
 from tests.conftest import run_main as run
-from whatif_bench.corpus import Corpus, format_summary, summarise
-from whatif_bench.corpus.summary import file_headline
+from whatif_bench.corpus import Corpus, file_headline, format_summary, summarise
+from whatif_bench.corpus.summary import headline
 
 
 def _info_headline(path) -> str:
@@ -34,3 +34,14 @@ def test_the_file_headline_counts_targets_and_tasks_as_info_does(two_target_corp
     line = file_headline(two_target_corpus)
     assert line == _info_headline(two_target_corpus)
     assert " over 2 targets; " in line
+    spelled = f"{two_target_corpus.parent}/./{two_target_corpus.name}"  # named as Corpus names it
+    assert file_headline(spelled) == _info_headline(spelled) == line
+
+
+def test_a_headline_without_tasks_says_so():
+    assert headline("x.h5", 0, 0, 0, 7, "0.1.0") == (
+        "x.h5: 0 of 0 tasks kept (no tasks) over 0 targets; seed 7, toolkit 0.1.0"
+    )
+    assert headline("x.h5", 2, 3, 1, 7, "0.1.0").endswith(
+        "kept (66.7%) over 1 targets; seed 7, toolkit 0.1.0"
+    )

@@ -284,18 +284,20 @@ def test_a_task_read_by_id_is_the_one_built_from_its_pandas_row(corpus_path):
                 )
 
 
+# baseline starts of every kind: dates, fixed offsets, microseconds, nanoseconds
+BASELINE_STARTS = [
+    "2024-01-08T00:00:00",
+    "1988-01-01",
+    "2000-12-01T06:30:00+02:00",
+    "2013-08-12 13:40:46+00:00",
+    "2024-03-31T01:59:59.250000-05:00",
+    "2024-02-29T00:00:00.000000001",  # nanoseconds: pandas' own arithmetic
+]
+
+
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(
-    start=st.sampled_from(
-        [
-            "2024-01-08T00:00:00",
-            "1988-01-01",
-            "2000-12-01T06:30:00+02:00",
-            "2013-08-12 13:40:46+00:00",
-            "2024-03-31T01:59:59.250000-05:00",
-            "2024-02-29T00:00:00.000000001",  # nanoseconds: pandas' own arithmetic
-        ]
-    ),
+    start=st.sampled_from(BASELINE_STARTS),
     steps=st.integers(0, 10**7),
     interval_s=st.sampled_from([1, 60, 300, 900, 3600]),
 )
@@ -316,14 +318,7 @@ def test_a_windows_start_time_is_pandas_arithmetic_on_its_baselines_start(start,
 
 @settings(max_examples=100, deadline=None, derandomize=True)
 @given(
-    start=st.sampled_from(
-        [
-            "2024-01-08T00:00:00",
-            "2000-12-01T06:30:00+02:00",
-            "2024-03-31T01:59:59.250000-05:00",
-            "2024-02-29T00:00:00.000000001",  # nanoseconds: pandas' own arithmetic
-        ]
-    ),
+    start=st.sampled_from(BASELINE_STARTS),
     steps=st.lists(st.integers(0, 10**6), max_size=12),
     numpy_steps=st.booleans(),
     interval_s=st.sampled_from([1, 60, 300, 3600]),

@@ -195,11 +195,26 @@ def test_coalition_worths_equal_summing_every_coalition_evaluated_everywhere(
     got = relationship.coalition_worths(y, length, factors)
     assert got.shape == (2**k,) and got.dtype == np.float64
     reference = relationship.coalition_worths_reference(y, length, factors)
-    np.testing.assert_array_equal(got, reference, err_msg=f"{relationship.target} K={k}")
+    # the bytes: a -0.0 where NumPy gives +0.0 would change a description's JSON
+    assert got.tobytes() == reference.tobytes(), f"{relationship.target} K={k}"
     everywhere = relationship.coalition_worths(y, length, np.ones(k))
-    np.testing.assert_array_equal(
-        everywhere, relationship.coalition_worths_reference(y, length, np.ones(k))
+    assert everywhere.tobytes() == (
+        relationship.coalition_worths_reference(y, length, np.ones(k)).tobytes()
     )
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 263, 1000, 9000])
+def test_pairwise_sum_is_numpys_sum_to_the_bit_signed_zeros_included(n):
+    """Values of both signs, and rows of signed zeros: NumPy adds its sum to +0.0, so eight or
+    more -0.0 sum to +0.0, not -0.0."""
+    from whatif_bench.relationships.kernels import pairwise_sum
+
+    rng = np.random.default_rng(n)
+    signed = rng.standard_normal(n + 3) * 10.0 ** rng.uniform(-6, 6, n + 3)
+    zeros = np.full(n + 3, -0.0)
+    mixed = np.where(rng.random(n + 3) < 0.5, -0.0, 0.0)
+    for values in (signed, zeros, mixed):
+        assert np.float64(pairwise_sum(values, 3, n)).tobytes() == np.sum(values[3:]).tobytes()
 
 
 @pytest.mark.parametrize(
@@ -215,6 +230,11 @@ def test_coalition_worths_equal_summing_every_coalition_evaluated_everywhere(
         (np.ones(10), -3, np.ones(2), "whole number of steps >= 1, got -3"),
         (np.ones(10), 2.5, np.ones(2), "whole number of steps >= 1, got 2.5"),
         (np.ones(10), True, np.ones(2), "whole number of steps >= 1, got True"),
+        (np.ones(10), np.True_, np.ones(2), "whole number of steps >= 1, got np.True_"),
+        (np.ones(10), 3.0, np.ones(2), "whole number of steps >= 1, got 3.0"),
+        (np.ones(10), float("nan"), np.ones(2), "whole number of steps >= 1, got nan"),
+        (np.ones(10), None, np.ones(2), "whole number of steps >= 1, got None"),
+        (np.ones(10), np.int64(0), np.ones(2), "whole number of steps >= 1, got np.int64"),
         (np.array([1.0, np.nan, 2.0]), 2, np.ones(2), "non-finite value at step 1"),
         (np.ones((2, 5)), 2, np.ones(2), "one-dimensional"),
     ],

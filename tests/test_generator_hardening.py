@@ -577,29 +577,34 @@ def test_a_guarded_file_syncs_behind_its_writes_and_waits_for_that_before_closin
     """Every SYNC_BEHIND bytes start an fdatasync in a thread (one at a time), so the closing
     fsync has little left; close waits for it, so the descriptor is never closed under it."""
     import threading
-    import time
 
     from whatif_bench import h5write
 
     calls = []
-    real = os.fdatasync
+    real = h5write._datasync
+    release = threading.Event()
 
-    def slow_fdatasync(fd):
+    def held_datasync(fd):  # runs until the test lets it go
         calls.append((fd, threading.current_thread().name, "start"))
-        time.sleep(0.2)
+        assert release.wait(30)
         real(fd)
         calls.append((fd, threading.current_thread().name, "end"))
 
     monkeypatch.setattr(h5write, "SYNC_BEHIND", 1000)
-    monkeypatch.setattr(h5write.os, "fdatasync", slow_fdatasync)
+    monkeypatch.setattr(h5write, "_datasync", held_datasync)
     guard = h5write.GuardedFile(tmp_path / "f.bin")
     fd = guard.fd
     guard.write(b"x" * 999)
-    assert calls == []  # below the threshold: nothing started
+    assert guard.syncing is None  # below the threshold: nothing started
     guard.write(b"y" * 10)
     guard.write(b"z" * 5000)  # a sync is running: no second one
     assert guard.syncing is not None and guard.syncing.is_alive()
-    guard.finish()  # waits for it, then fsyncs and closes
+    closing = threading.Thread(target=guard.finish)  # waits for the sync, then fsyncs, closes
+    closing.start()
+    closing.join(0.3)
+    assert closing.is_alive() and guard.fd == fd  # still waiting: the descriptor is open
+    release.set()
+    closing.join(30)
     assert calls == [(fd, "whatif-sync-behind", "start"), (fd, "whatif-sync-behind", "end")]
     assert guard.fd == -1 and guard.syncing is None
     assert (tmp_path / "f.bin").read_bytes() == b"x" * 999 + b"y" * 10 + b"z" * 5000
@@ -612,11 +617,11 @@ def test_a_failed_background_sync_is_the_files_error(tmp_path, monkeypatch):
 
     from whatif_bench import h5write
 
-    def failing_fdatasync(fd):
+    def failing_datasync(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(h5write, "SYNC_BEHIND", 100)
-    monkeypatch.setattr(h5write.os, "fdatasync", failing_fdatasync)
+    monkeypatch.setattr(h5write, "_datasync", failing_datasync)
     guard = h5write.GuardedFile(tmp_path / "f.bin")
     guard.write(b"x" * 200)
     guard.syncing.join()
@@ -625,6 +630,27 @@ def test_a_failed_background_sync_is_the_files_error(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         guard.finish()
     assert guard.fd == -1
+
+
+def test_no_thread_for_a_background_sync_fails_no_write(tmp_path, monkeypatch):
+    """When no thread can be started, writes go on and the closing fsync does the syncing:
+    HDF5 never sees a failed write, and the descriptor is closed."""
+    import threading
+
+    from whatif_bench import h5write
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(h5write, "SYNC_BEHIND", 100)
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    guard = h5write.GuardedFile(tmp_path / "f.bin")
+    assert guard.write(b"x" * 200) == 200
+    assert guard.write(b"y" * 200) == 200
+    assert guard.syncing is None and guard.error is None
+    guard.finish()
+    assert guard.fd == -1
+    assert (tmp_path / "f.bin").read_bytes() == b"x" * 200 + b"y" * 200
 
 
 def test_a_target_without_pairs_adds_no_rows(tmp_path):

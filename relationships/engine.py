@@ -56,13 +56,13 @@ class EventSchedule:
                 f"event schedule: {starts.shape[0]} starts, {lengths.shape[0]} lengths and "
                 f"{factors.shape[0]} factor rows must match"
             )
-        if np.any(lengths < 1):
+        if (lengths < 1).any():
             raise RelationshipError("event schedule: every event length must be >= 1")
-        if np.any(starts < 0):
+        if (starts < 0).any():
             raise RelationshipError("event schedule: event starts must be >= 0")
-        if starts.size > 1 and np.any(starts[1:] < starts[:-1] + lengths[:-1]):
+        if starts.size > 1 and (starts[1:] < starts[:-1] + lengths[:-1]).any():
             raise RelationshipError("event schedule: events must be sorted and must not overlap")
-        if not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+        if not np.isfinite(factors).all() or (factors <= 0).any():
             raise RelationshipError("event schedule: factors must be finite and > 0")
         object.__setattr__(self, "starts", starts)
         object.__setattr__(self, "lengths", lengths)
@@ -223,7 +223,7 @@ class Relationship:
                     f"covariate {name!r} is number {index + 1} of {self.target}; K={k_covariates} excludes it"
                 )
             matrix[index] = np.broadcast_to(np.asarray(value, dtype=np.float64), (n_steps,))
-        if not np.all(np.isfinite(matrix)) or np.any(matrix <= 0):
+        if not np.isfinite(matrix).all() or (matrix <= 0).any():
             raise RelationshipError("factors must be finite and > 0")
         return matrix
 
@@ -282,7 +282,7 @@ class Relationship:
         if factors.ndim != 1:
             raise RelationshipError(f"an event's factors are (K,), got shape {factors.shape}")
         k = self._check_k(factors.shape[0])
-        if not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+        if not np.isfinite(factors).all() or (factors <= 0).any():
             raise RelationshipError("factors must be finite and > 0")
         whole = isinstance(length, int | np.integer) and not isinstance(length, bool | np.bool_)
         if not whole or length < 1:
@@ -399,7 +399,7 @@ def _as_series(y: np.ndarray) -> np.ndarray:
     array = np.ascontiguousarray(y, dtype=np.float64)
     if array.ndim != 1:
         raise RelationshipError(f"baseline must be one-dimensional, got shape {array.shape}")
-    if not np.all(np.isfinite(array)):
+    if not np.isfinite(array).all():
         bad = int(np.flatnonzero(~np.isfinite(array))[0])
         raise RelationshipError(f"baseline has a non-finite value at step {bad}: {array[bad]}")
     return array

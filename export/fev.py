@@ -79,40 +79,86 @@ def _schema(k: int, tz: str | None) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _row(task, units: dict[str, str], describer=None) -> dict[str, Any]:
-    stamps = task.timestamps()
-    row = {
-        "id": task.task_id,
-        "timestamp": stamps,
-        "target": np.concatenate([task.history_target, task.future_target]).astype(np.float32),
+def _metadata(tasks: list, units_of, describer=None) -> dict[str, list[Any]]:
+    """The ``METADATA`` columns of ``tasks``, by fev's names: a value per task (lists as JSON
+    text); ``units_of(task)`` maps its covariates to their units."""
+    given: dict[str, list[Any]] = {
+        "covariate_units": [_units(t.covariates, units_of(t)) for t in tasks],
+        "description": [describer.json(t) if describer is not None else None for t in tasks],
     }
-    for name, history, future in zip(
-        covariate_columns(task.k), task.history_covariates, task.future_covariates, strict=True
-    ):
-        row[name] = np.concatenate([history, future]).astype(np.float32)
-    given = {
-        "covariate_units": [units.get(c, "") for c in task.covariates],
-        "description": describer.json(task) if describer is not None else None,
-    }
+    values: dict[str, list[Any]] = {}
     for name, source in METADATA.items():
         col = columns.column(source)
-        value = given[source] if col.read is None else col.read(task)
-        row[name] = columns.as_text(col, value) if col.kind in columns.TEXT_KINDS else value
-    return row
+        raw = given[source] if col.read is None else [col.read(t) for t in tasks]
+        text = col.kind in columns.TEXT_KINDS
+        values[name] = [columns.as_text(col, value) for value in raw] if text else raw
+    return values
 
 
-def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    columns = {}
-    for field in schema:
-        values = [row[field.name] for row in rows]
-        if field.name == "timestamp":
-            # arrow stores UTC instants: an aware index is converted to UTC, then made naive
-            naive = [v.tz_convert(None) if v.tz is not None else v for v in values]
-            stamps = [np.asarray(v, "datetime64[ms]") for v in naive]
-            columns["timestamp"] = pa.array(stamps, type=field.type)
-        else:
-            columns[field.name] = pa.array(values, type=field.type)
-    return pa.table(columns, schema=schema)
+def _units(covariates: tuple[str, ...], units: dict[str, str]) -> list[str]:
+    """The unit of each covariate, ``""`` where unknown."""
+    return [units.get(name, "") for name in covariates]
+
+
+def _offsets(lengths: list[int]) -> pa.Array:
+    """The (n + 1,) int32 offsets of a list column whose n rows hold ``lengths`` values."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.array(offsets)
+
+
+def _series(histories: list[np.ndarray], futures: list[np.ndarray]) -> pa.ListArray:
+    """A list<float32> column, a row per task: its history (C,) then its future (H,)."""
+    lengths = [h.size + f.size for h, f in zip(histories, futures, strict=True)]
+    values = np.concatenate(
+        [part for pair in zip(histories, futures, strict=True) for part in pair]
+    )
+    return pa.ListArray.from_arrays(
+        _offsets(lengths), pa.array(values.astype(np.float32, copy=False), type=pa.float32())
+    )
+
+
+def _timestamps(tasks: list, unit: pa.DataType) -> pa.ListArray:
+    """The ``timestamp`` column: a row per task, the UTC instant of each of its C + H steps
+    (``task.timestamps()`` made naive in UTC) in milliseconds since 1970, as numpy casts them
+    (floored). The steps are whole seconds apart, so a step is the first one's milliseconds
+    plus whole steps. ``unit`` is the column's ``timestamp[ms]`` type, with the baseline's zone.
+    """
+    lengths = [t.context_length + t.prediction_length for t in tasks]
+    steps = [t.interval_s * 1000 for t in tasks]  # ms
+    try:  # UTC (a naive start: as if it were UTC), in the start's own unit, floored to ms
+        starts = [
+            int(t.start.to_datetime64().astype("datetime64[ms]").view(np.int64)) for t in tasks
+        ]
+    except (OverflowError, ValueError) as error:
+        raise FevExportError(f"a task's start is not a time fev can hold: {error}") from None
+    last = max(s + (n - 1) * step for s, n, step in zip(starts, lengths, steps, strict=True))
+    if last >= 2**63:
+        raise FevExportError(f"a task's last step ({last} ms after 1970) is past int64 times")
+    offsets = _offsets(lengths)
+    firsts = np.asarray(offsets)[:-1].astype(np.int64)
+    within = np.arange(sum(lengths), dtype=np.int64) - np.repeat(firsts, lengths)
+    ms = np.repeat(np.asarray(starts, np.int64), lengths) + within * np.repeat(steps, lengths)
+    return pa.ListArray.from_arrays(offsets, pa.array(ms, type=unit))
+
+
+def _table(tasks: list, schema: pa.Schema, units_of, describer=None) -> pa.Table:
+    """One row per task in fev's wide format (``schema``: ``_schema``): ``id``, ``timestamp``,
+    ``target`` and the K covariates (history then future), then ``METADATA``; the float and
+    time lists are built from whole arrays (one concatenation per column), not row by row."""
+    k = len(schema) - 3 - len(METADATA)
+    built: dict[str, pa.Array] = {
+        "id": pa.array([t.task_id for t in tasks], type=pa.string()),
+        "timestamp": _timestamps(tasks, schema.field("timestamp").type.value_type),
+        "target": _series([t.history_target for t in tasks], [t.future_target for t in tasks]),
+    }
+    for i, name in enumerate(covariate_columns(k)):
+        built[name] = _series(
+            [t.history_covariates[i] for t in tasks], [t.future_covariates[i] for t in tasks]
+        )
+    for name, values in _metadata(tasks, units_of, describer).items():
+        built[name] = pa.array(values, type=schema.field(name).type)
+    return pa.table(built, schema=schema)
 
 
 def _write_parquet(
@@ -135,8 +181,8 @@ def _write_parquet(
     opened.append(writer)
     for start in range(0, len(tasks), ROW_GROUP):
         chunk = tasks[start : start + ROW_GROUP]
-        rows = [_row(t, units_of(t), describer) for t in chunk]
-        background.submit(writer.write_table, _table(rows, schema), row_group_size=ROW_GROUP)
+        table = _table(chunk, schema, units_of, describer)
+        background.submit(writer.write_table, table, row_group_size=ROW_GROUP)
         if bar is not None:
             bar.update(len(chunk))
     background.submit(writer.close)

@@ -44,9 +44,9 @@ def test_every_writer_writes_only_columns_of_the_definition(tasks):
     # fev: every metadata column maps to a column of the definition, typed by it
     k = tasks[0].k
     fev_schema = fev_export._schema(k, None)
-    row = fev_export._row(tasks[0], {})
+    row = fev_export._table(tasks[:1], fev_schema, lambda task: {})
     assert _fev_metadata([f.name for f in fev_schema], k) == list(fev_export.METADATA)
-    assert _fev_metadata(list(row), k) == list(fev_export.METADATA)
+    assert _fev_metadata(row.column_names, k) == list(fev_export.METADATA)
     assert set(fev_export.METADATA.values()) <= set(names)
     for name, source in fev_export.METADATA.items():
         expected = columns.arrow_type(columns.column(source), lists_as_text=True)
@@ -81,6 +81,9 @@ def test_the_writers_read_the_values_the_definition_reads(tasks, monkeypatch):
     assert [columns.as_text(columns.column("covariates"), n) for n in names] == list(
         shard["covariates"]
     )
-    row = fev_export._row(tasks[0], {})
-    assert row["target_name"] == "renamed"
-    assert row["covariate_names"] == columns.as_text(columns.column("covariates"), names[0])
+    k = tasks[0].k
+    row = fev_export._table(tasks[:1], fev_export._schema(k, None), lambda task: {})
+    assert row.column("target_name").to_pylist() == ["renamed"]
+    assert row.column("covariate_names").to_pylist() == [
+        columns.as_text(columns.column("covariates"), names[0])
+    ]

@@ -152,6 +152,26 @@ def test_a_series_is_dated_from_the_epanet_start_plus_its_window_offset(exported
     assert np.all(np.diff(stamps) == np.timedelta64(300, "s"))
 
 
+def test_the_files_are_encoded_as_the_write_options_say(exported):
+    # what makes the files small and fast to write; fev reads them in the tests around
+    import pyarrow.parquet as pq
+
+    folder, manifest, _, _ = exported
+    for group in manifest["groups"]:
+        metadata = pq.ParquetFile(folder / group["file"]).metadata
+        for index in range(metadata.num_row_groups):
+            group_meta = metadata.row_group(index)
+            chunks = [group_meta.column(i) for i in range(group_meta.num_columns)]
+            by_path = {chunk.path_in_schema: chunk for chunk in chunks}
+            assert not any(chunk.is_stats_set for chunk in chunks)
+            assert "DELTA_BINARY_PACKED" in by_path["timestamp.list.element"].encodings
+            for name in ("target", *fev_export.covariate_columns(group["k"])):
+                encodings = by_path[f"{name}.list.element"].encodings
+                assert not any("DICTIONARY" in e for e in encodings), (name, encodings)
+            assert any("DICTIONARY" in e for e in by_path["simulator"].encodings)
+            assert by_path["target.list.element"].compression == "ZSTD"
+
+
 def test_names_and_units_are_kept(exported, corpus_path):
     folder, manifest, _, _ = exported
     table = pd.read_parquet(folder / manifest["groups"][0]["file"])

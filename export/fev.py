@@ -21,6 +21,7 @@ docs/EXPORT_FEV.md.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -171,31 +172,81 @@ def _table(tasks: list, schema: pa.Schema, units_of, describer=None) -> pa.Table
     return pa.table(built, schema=schema)
 
 
-def _write_parquet(
-    path: Path,
-    tasks: list,
-    units_of,
-    schema: pa.Schema,
-    bar,
-    background: OrderedWriter,
-    opened: list,
-    describer=None,
-) -> None:
-    """Tasks (already in id order) to one zstd Parquet file, ROW_GROUP rows at a time: the
-    rows are built here, and compressed and written by ``background`` (the file is closed
-    there too, after its last row group); the writer is added to ``opened``, which keeps the
-    writers not closed yet (for the caller to close after an error)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    opened[:] = [writer for writer in opened if writer.is_open]
-    writer = pq.ParquetWriter(path, schema, **WRITE_OPTIONS)
-    opened.append(writer)
-    for start in range(0, len(tasks), ROW_GROUP):
-        chunk = tasks[start : start + ROW_GROUP]
-        table = _table(chunk, schema, units_of, describer)
-        background.submit(writer.write_table, table, row_group_size=ROW_GROUP)
-        if bar is not None:
-            bar.update(len(chunk))
-    background.submit(writer.close)
+@dataclass(frozen=True)
+class _Group:
+    """One (simulator, C, K) file of the export: its tasks (id order), fev's one horizon and
+    interval of them, and its schema (the times' zone is the baseline's)."""
+
+    simulator: str
+    c_label: str
+    k: int
+    ids: list[str]
+    horizon: int
+    interval_s: int
+    schema: pa.Schema
+
+    @property
+    def file(self) -> str:
+        return f"data/{self.simulator}/{self.c_label}-K{self.k}.parquet"
+
+    @property
+    def label(self) -> str:
+        return f"{self.simulator} {self.c_label} K={self.k}"
+
+    @property
+    def task_name(self) -> str:
+        return f"whatif/{self.simulator}/{self.c_label}/K{self.k}"
+
+    @property
+    def per_task_folder(self) -> str:
+        return f"per_task/{self.simulator}/{self.c_label}-K{self.k}"
+
+    def record(self, per_task: bool) -> dict[str, Any]:
+        """The group as the manifest lists it."""
+        record = {
+            "file": self.file,
+            "task_name": self.task_name,
+            "simulator": self.simulator,
+            "c_label": self.c_label,
+            "k": self.k,
+            "horizon": self.horizon,
+            "freq": _freq(self.interval_s),
+            "tasks": len(self.ids),
+        }
+        if per_task:
+            record["per_task_folder"] = self.per_task_folder
+        return record
+
+
+def _groups(corpus, tasks: pd.DataFrame) -> list[_Group]:
+    """The files of the export in order, each with its first task's horizon, interval and
+    zone (a task read here per file; the rows are built by ``_rows``, which checks the rest)."""
+    order: dict[tuple[str, str, int], list[str]] = {}
+    for row in tasks[["task_id", "simulator", "c_label", "k"]].itertuples(index=False):
+        order.setdefault((row.simulator, row.c_label, int(row.k)), []).append(row.task_id)
+    groups = []
+    for (simulator, c_label, k), ids in order.items():
+        ids = sorted(ids)  # fev sorts series by id; the file follows the same order
+        first = next(iter(corpus.tasks(ids[:1])))
+        zone = first.timestamps().tz
+        schema = _schema(k, None if zone is None else str(zone))
+        horizon, interval = first.prediction_length, first.interval_s
+        groups.append(_Group(simulator, c_label, k, ids, horizon, interval, schema))
+    return groups
+
+
+def _rows(corpus, group: _Group, ids: list[str], units_of, describer=None) -> pa.Table:
+    """The rows (``_table``) of the tasks ``ids`` of ``group``, read from ``corpus``; a task of
+    another horizon or interval than the group's first is a ``FevExportError``."""
+    loaded = list(corpus.tasks(ids))
+    horizons = {group.horizon} | {t.prediction_length for t in loaded}
+    intervals = {group.interval_s} | {t.interval_s for t in loaded}
+    if len(horizons) != 1 or len(intervals) != 1:
+        raise FevExportError(
+            f"{group.label}: tasks with horizons {sorted(horizons)} and intervals "
+            f"{sorted(intervals)} s; fev needs one of each per file"
+        )
+    return _table(loaded, group.schema, units_of, describer)
 
 
 def _yaml_value(value: Any) -> str:
@@ -247,7 +298,9 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
     """Write the selected tasks in fev's wide format plus fev Task YAML files into ``folder``.
 
     With ``per_task=True``, also one file and one fev Task per WhatIf task
-    (``tasks_per_task.yaml``), whose fev scores equal ``whatif evaluate``'s per-task scores."""
+    (``tasks_per_task.yaml``), whose fev scores equal ``whatif evaluate``'s per-task scores:
+    each holds its task's row of the group's row group (a slice, not built again). Each row
+    group is built here and written by a second thread (``OrderedWriter``)."""
     from tqdm.auto import tqdm
 
     from whatif_bench.corpus import covariate_units, export_describer, task_units
@@ -259,55 +312,40 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
     def units_of(task) -> dict[str, str]:
         return task_units(task, units)
 
-    order: dict[tuple[str, str, int], list[str]] = {}
-    for row in tasks[["task_id", "simulator", "c_label", "k"]].itertuples(index=False):
-        order.setdefault((row.simulator, row.c_label, int(row.k)), []).append(row.task_id)
-
+    groups = _groups(corpus, tasks)
     total = len(tasks) * (2 if per_task else 1)
     bar = tqdm(total=total, desc="fev export", unit="task", disable=not progress)
-    groups, pooled, single = [], [], []
-    opened: list[pq.ParquetWriter] = []
+    pooled, single = [], []
+    opened: list[pq.ParquetWriter] = []  # the writers not closed yet, for closing after an error
     background = OrderedWriter()
+
+    def open_writer(relative: str, schema: pa.Schema) -> pq.ParquetWriter:
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        opened[:] = [writer for writer in opened if writer.is_open]
+        opened.append(pq.ParquetWriter(folder / relative, schema, **WRITE_OPTIONS))
+        return opened[-1]
+
     try:
-        for (simulator, c_label, k), ids in order.items():
-            ids = sorted(ids)  # fev sorts series by id; the file follows the same order
-            loaded = list(corpus.tasks(ids))  # read a chunk of tasks at a time
-            horizons = {t.prediction_length for t in loaded}
-            intervals = {t.interval_s for t in loaded}
-            if len(horizons) != 1 or len(intervals) != 1:
-                raise FevExportError(
-                    f"{simulator} {c_label} K={k}: tasks with horizons {sorted(horizons)} and "
-                    f"intervals {sorted(intervals)} s; fev needs one of each per file"
-                )
-            horizon, interval = horizons.pop(), intervals.pop()
-            tz = loaded[0].timestamps().tz
-            schema = _schema(k, None if tz is None else str(tz))
-            relative = f"data/{simulator}/{c_label}-K{k}.parquet"
-            _write_parquet(
-                folder / relative, loaded, units_of, schema, bar, background, opened, describer
-            )
-            name = f"whatif/{simulator}/{c_label}/K{k}"
-            pooled.append(_fev_task(relative, horizon, k, name))
-            group = {
-                "file": relative,
-                "task_name": name,
-                "simulator": simulator,
-                "c_label": c_label,
-                "k": k,
-                "horizon": horizon,
-                "freq": _freq(interval),
-                "tasks": len(loaded),
-            }
-            if per_task:
-                width = len(str(len(loaded) - 1))
-                group["per_task_folder"] = f"per_task/{simulator}/{c_label}-K{k}"
-                for index, task in enumerate(loaded):
-                    one = f"{group['per_task_folder']}/{index:0{width}d}.parquet"
-                    _write_parquet(
-                        folder / one, [task], units_of, schema, bar, background, opened, describer
-                    )
-                    single.append(_fev_task(one, horizon, k, task.task_id))
-            groups.append(group)
+        for group in groups:
+            writer = open_writer(group.file, group.schema)
+            pooled.append(_fev_task(group.file, group.horizon, group.k, group.task_name))
+            width = len(str(len(group.ids) - 1))
+            for start in range(0, len(group.ids), ROW_GROUP):
+                ids = group.ids[start : start + ROW_GROUP]
+                table = _rows(corpus, group, ids, units_of, describer)
+                background.submit(writer.write_table, table, row_group_size=ROW_GROUP)
+                bar.update(len(ids))
+                if not per_task:
+                    continue
+                for position, task_id in enumerate(ids):  # its row alone: a slice of the table
+                    one = f"{group.per_task_folder}/{start + position:0{width}d}.parquet"
+                    alone = open_writer(one, group.schema)
+                    row = table.slice(position, 1)
+                    background.submit(alone.write_table, row, row_group_size=ROW_GROUP)
+                    background.submit(alone.close)
+                    single.append(_fev_task(one, group.horizon, group.k, task_id))
+                bar.update(len(ids))
+            background.submit(writer.close)
         background.finish()
     finally:
         background.abandon()  # after an error: nothing more is written
@@ -324,9 +362,9 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
         "format": "fev",
         "fev_version": "0.10",
         "tasks": int(len(tasks)),
-        "files": files + [g["file"] for g in groups],
+        "files": files + [g.file for g in groups],
         "task_files": files,
-        "groups": groups,
+        "groups": [g.record(per_task) for g in groups],
         "per_task": bool(per_task),
         "quantile_levels": list(QUANTILE_LEVELS),
         "metrics": {"eval_metric": "WQL", "extra_metrics": ["WAPE"]},

@@ -129,3 +129,24 @@ def test_a_start_no_time_can_hold_is_a_fev_export_error(tasks):
     )
     with pytest.raises(fev_export.FevExportError, match="not a time fev can hold"):
         fev_export._timestamps([tasks[0], beyond], pa.timestamp("ms"))
+
+
+@pytest.mark.parametrize("field", ["horizon", "interval_s"])
+def test_a_task_of_another_horizon_or_interval_than_its_files_first_is_refused(
+    opened, tasks, field
+):
+    first = tasks[0]
+    group = fev_export._Group(
+        first.simulator,
+        first.c_label,
+        first.k,
+        [t.task_id for t in tasks],
+        first.prediction_length,
+        first.interval_s,
+        fev_export._schema(first.k, None),
+    )
+    ids = group.ids[:3]
+    assert fev_export._rows(opened, group, ids, lambda task: {}).num_rows == 3
+    other = dataclasses.replace(group, **{field: getattr(group, field) + 1})
+    with pytest.raises(fev_export.FevExportError, match="fev needs one of each per file"):
+        fev_export._rows(opened, other, ids, lambda task: {})

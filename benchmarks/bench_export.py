@@ -1,10 +1,20 @@
-"""Wall time, tasks/s and peak memory of exporting the full default corpus to Parquet.
+"""Wall and CPU time, tasks/s and peak memory of exporting a corpus, against reading its tasks.
 
-    python benchmarks/bench_export.py [--corpus FILE] [--format parquet]
+    python benchmarks/bench_export.py [--corpus FILE] [--formats parquet fev] [--subset F]
+                                      [--repeats 3]
 
-Builds the default corpus first when no file is given. Each phase runs in its own process so
-its peak RSS is its own: the reference reads every task through ``Corpus`` (in the order the
-export does) and writes nothing; the export is ``export_corpus`` to a temporary folder.
+Builds the default corpus first when no file is given. For each format, two phases take turns,
+``--repeats`` times each, every run in its own process (so its peak RSS is its own, and no run
+finds another's imports or caches warm in its memory):
+
+- the reference reads the selected tasks through ``Corpus`` in the order the export does
+  (``export.api.task_batches``) and writes nothing;
+- the export is ``export_corpus`` of the same selection to a fresh folder.
+
+Each figure is the median of the runs: wall seconds, CPU seconds of the process (all its
+threads; the exports write in a second thread), tasks per wall second and peak RSS; imports
+are outside the timed part. The ratios are of the medians. The load average is printed before
+and after.
 """
 
 from __future__ import annotations
@@ -12,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,64 +31,101 @@ import time
 from pathlib import Path
 
 from default_corpus import corpus_or_default
+from machine import cpu_seconds, load_average
+
+FIGURES = ("wall", "cpu", "peak_mib")
 
 
-def _phase(name: str, corpus: str, out: str, fmt: str) -> dict:
+def _phase(name: str, corpus: str, out: str, fmt: str, subset: float | None) -> dict:
+    """One run of ``name`` (``read`` or ``export``), timed after its imports."""
+    from whatif_bench.corpus import Corpus
     from whatif_bench.export import export_corpus
-    from whatif_bench.export.api import task_batches
-    from whatif_bench.generator import Corpus
+    from whatif_bench.export.api import select, task_batches
 
-    started = time.perf_counter()
+    wall, cpu = time.perf_counter(), cpu_seconds()
     if name == "read":
         with Corpus(corpus) as opened:
-            tasks = opened.tasks_frame()
+            view, tasks = select(opened, subset)
             n = 0
-            for batch in task_batches(opened, tasks):
+            for batch in task_batches(view, tasks):
                 n += len(batch)
     else:
-        export_corpus(corpus, fmt, out, progress=False)
+        export_corpus(corpus, fmt, out, subset=subset, progress=False)
         n = json.loads((Path(out) / "manifest.json").read_text())["n_tasks"]
-    seconds = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
     size = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file()) if out else 0
-    return {"tasks": n, "seconds": seconds, "peak_mib": peak, "bytes": size}
+    return {"tasks": n, "wall": wall, "cpu": cpu, "peak_mib": peak, "bytes": size}
+
+
+def _run(phase: str, path: Path, fmt: str, subset: float | None, out: str) -> dict:
+    command = [sys.executable, __file__, "--phase", phase, "--corpus", str(path)]
+    command += ["--formats", fmt, "--out", out]
+    if subset is not None:
+        command += ["--subset", str(subset)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(path: Path, fmt: str, subset: float | None, repeats: int, scratch: Path) -> dict:
+    """phase -> medians of ``repeats`` runs (and the export folder's size)."""
+    runs: dict[str, list[dict]] = {"read": [], "export": []}
+    for repeat in range(repeats):
+        for phase in runs:  # taking turns, so a change in the machine's speed reaches both
+            out = scratch / f"{fmt}-{repeat}" if phase == "export" else None
+            runs[phase].append(_run(phase, path, fmt, subset, str(out) if out else ""))
+            if out is not None:
+                shutil.rmtree(out)
+    medians = {}
+    for phase, done in runs.items():
+        medians[phase] = {k: statistics.median(r[k] for r in done) for k in FIGURES}
+        medians[phase]["tasks"] = done[0]["tasks"]
+        medians[phase]["bytes"] = done[0]["bytes"]
+    return medians
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus")
-    parser.add_argument("--format", default="parquet")
+    parser.add_argument("--corpus", help="corpus file (default: generate the default corpus)")
+    parser.add_argument(
+        "--formats", nargs="+", default=["parquet", "fev"], help="formats (default: parquet fev)"
+    )
+    parser.add_argument(
+        "--subset", type=float, help="stratified fraction of the tasks (default: all)"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="runs per phase (default 3)")
     parser.add_argument("--phase", choices=["read", "export"], help=argparse.SUPPRESS)
     parser.add_argument("--out", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
-        print(json.dumps(_phase(args.phase, args.corpus, args.out, args.format)))
+        print(json.dumps(_phase(args.phase, args.corpus, args.out, args.formats[0], args.subset)))
         return
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     folder = tempfile.TemporaryDirectory()
     path = corpus_or_default(args.corpus, folder.name)
-    results = {}
-    for phase in ("read", "export"):
-        out = str(Path(folder.name) / "export") if phase == "export" else ""
-        command = [sys.executable, __file__, "--phase", phase, "--corpus", str(path)]
-        command += ["--format", args.format, "--out", out]
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
-        results[phase] = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"corpus {path} ({path.stat().st_size / 2**20:,.0f} MiB), format {args.format}")
-    print(f"{'phase':<36} {'tasks':>7} {'wall s':>8} {'tasks/s':>9} {'peak RSS MiB':>13}")
-    labels = {
-        "read": "reference: read every task (Corpus)",
-        "export": f"export_corpus(..., {args.format!r})",
-    }
-    for phase, r in results.items():
+    print(f"corpus {path} ({path.stat().st_size / 2**20:,.0f} MiB), subset {args.subset or 'all'}")
+    print(f"load average before: {load_average()}; median of {args.repeats} runs per phase")
+    header = f"{'phase':<38} {'tasks':>7} {'wall s':>7} {'CPU s':>7} {'tasks/s':>8} {'peak MiB':>9}"
+    for fmt in args.formats:
+        medians = measure(path, fmt, args.subset, args.repeats, Path(folder.name))
+        print(f"\nformat {fmt}")
+        print(header)
+        labels = {
+            "read": "reference: read the tasks (Corpus)",
+            "export": f"export_corpus(..., {fmt!r})",
+        }
+        for phase, m in medians.items():
+            print(
+                f"{labels[phase]:<38} {m['tasks']:>7,} {m['wall']:>7.1f} {m['cpu']:>7.1f} "
+                f"{m['tasks'] / m['wall']:>8,.0f} {m['peak_mib']:>9,.0f}"
+            )
+        read, export = medians["read"], medians["export"]
         print(
-            f"{labels[phase]:<36} {r['tasks']:>7,} {r['seconds']:>8.1f} "
-            f"{r['tasks'] / r['seconds']:>9,.0f} {r['peak_mib']:>13,.0f}"
+            f"export folder {export['bytes'] / 2**20:,.0f} MiB; export / read: wall "
+            f"{export['wall'] / read['wall']:.2f}x, CPU {export['cpu'] / read['cpu']:.2f}x"
         )
-    export = results["export"]
-    print(
-        f"export folder {export['bytes'] / 2**20:,.0f} MiB; export / read time "
-        f"{export['seconds'] / results['read']['seconds']:.2f}x"
-    )
+    print(f"\nload average after: {load_average()}")
     folder.cleanup()
 
 

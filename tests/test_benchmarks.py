@@ -125,6 +125,32 @@ def test_scale_benchmark_prints_a_row_per_corpus_size(one_target_corpus):
     assert "peak RSS" in lines[-1], done.stdout
 
 
+@pytest.mark.slow  # about 15 s: four timed processes of a fifth of one target's tasks
+def test_export_benchmark_times_each_format_against_reading_the_same_tasks(one_target_corpus):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_export.py"), "--corpus", str(one_target_corpus)]
+        + ["--formats", "parquet", "gluonts", "--subset", "0.2", "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith("load average before:") and "median of 1 runs" in lines[1]
+    assert lines[-1].startswith("load average after:"), done.stdout
+    for fmt in ("parquet", "gluonts"):
+        at = lines.index(f"format {fmt}")
+        read, export = (line.rsplit(maxsplit=5) for line in lines[at + 2 : at + 4])
+        assert read[0].startswith("reference: read") and export[0] == f"export_corpus(..., {fmt!r})"
+        # the same tasks, a fifth of the corpus's; wall and CPU s (0.0 may print for so few
+        # tasks), tasks/s and peak RSS
+        assert read[1] == export[1] and 0 < int(read[1].replace(",", "")) < 1000, done.stdout
+        assert all(float(v.replace(",", "")) >= 0 for v in read[2:] + export[2:]), done.stdout
+        assert float(export[4].replace(",", "")) > 0 and float(export[5].replace(",", "")) > 0
+        ratios = lines[at + 4]
+        assert ratios.startswith("export folder") and "wall" in ratios and "CPU" in ratios
+
+
 def test_the_dataloader_benchmarks_padding_floor_makes_collate_tasks_float_arrays():
     """bench_dataloader.py's floor phase times the batches' padded float arrays alone: the
     same arrays ``collate_tasks`` makes, or the floor would time other work."""

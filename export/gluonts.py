@@ -38,6 +38,7 @@ import pandas as pd
 
 from whatif_bench.corpus import QUANTILE_LEVELS, frequency_alias, utc_naive
 from whatif_bench.errors import WhatIfError
+from whatif_bench.export.background import OrderedWriter
 from whatif_bench.export.texts import FloatTexts
 from whatif_bench.outputs import safe_name
 
@@ -45,6 +46,7 @@ METADATA = "metadata.json"
 DATA = "data"
 LAYOUT_VERSION = 1
 COMPRESS_LEVEL = 6
+WRITE_BYTES = 4 << 20  # lines handed to the compressing thread at a time (at least this much)
 STATIC_CATEGORIES = ("simulator", "target")  # the order of feat_static_cat
 
 
@@ -145,6 +147,14 @@ def _intervals(corpus, tasks: pd.DataFrame) -> dict[str, int]:
     return {row.simulator: corpus[row.task_id].interval_s for row in first.itertuples()}
 
 
+def _close(out: gzip.GzipFile, raw) -> None:
+    """Close a group's gzip stream (its trailer), then its file."""
+    try:
+        out.close()
+    finally:
+        raw.close()
+
+
 def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[str, Any]:
     """Write the selected tasks as GluonTS JSON Lines into ``folder`` (see the module doc)."""
     from tqdm.auto import tqdm
@@ -165,57 +175,73 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
     floats = FloatTexts()
     groups = []
     bar = tqdm(total=len(tasks), desc="export gluonts", unit="task", disable=not progress)
+    opened: list[tuple[gzip.GzipFile, Any]] = []  # (gzip, file) not closed yet, after an error
     try:
-        for (interval, horizon, k), rows in frame.groupby(keys, sort=True):
-            freq = frequency_alias(int(interval))
-            base = group_name(freq, int(horizon), int(k))
-            relative = f"{DATA}/{base}.jsonl.gz"
-            series: dict[str, dict[str, Any]] = {}
-            contexts: set[int] = set()
-            with open(folder / relative, "wb") as raw:
+        # a batch's lines are compressed and written in a thread (zlib lets go of Python's
+        # lock) while the next batch's are made; the same bytes as writing them here
+        with OrderedWriter() as background:
+            for (interval, horizon, k), rows in frame.groupby(keys, sort=True):
+                freq = frequency_alias(int(interval))
+                base = group_name(freq, int(horizon), int(k))
+                relative = f"{DATA}/{base}.jsonl.gz"
+                series: dict[str, dict[str, Any]] = {}
+                contexts: set[int] = set()
+                raw = open(folder / relative, "wb")
                 # no file name and mtime 0 in the gzip header: the bytes depend on the data only
-                with gzip.GzipFile(
+                out = gzip.GzipFile(
                     filename="", mode="wb", fileobj=raw, compresslevel=COMPRESS_LEVEL, mtime=0
-                ) as out:
-                    for batch in task_batches(corpus, rows):
-                        for task in batch:
-                            name = f"{task.simulator}/{task.target}"
-                            static = [codes["simulator"][task.simulator], codes["target"][name]]
-                            described = describer.json(task) if describer else None
-                            out.write(line(task, freq, static, described, floats))
-                            contexts.add(task.context_length)
-                            if name not in series:
-                                known = units.get((task.simulator, task.target), {})
-                                series[name] = {
-                                    "target_unit": task.units.get(task.target, ""),
-                                    "covariate_names": list(task.covariates),
-                                    "covariate_units": [known.get(c, "") for c in task.covariates],
-                                }
-                        bar.update(len(batch))
-            group = {
-                "file": relative,
-                "metadata": f"{DATA}/{base}.json",
-                "freq": freq,
-                "interval_s": int(interval),
-                "prediction_length": int(horizon),
-                "num_feat_dynamic_real": int(k),
-                "items": int(len(rows)),
-            }
-            _write_json(
-                folder / group["metadata"],
-                {
-                    **group,
-                    "context_lengths": sorted(contexts),
-                    "feat_static_cat": [
-                        {"name": n, "cardinality": len(tables[n])} for n in STATIC_CATEGORIES
-                    ],
-                    "series": dict(sorted(series.items())),
-                    "quantile_levels": list(QUANTILE_LEVELS),
-                    "provenance": origin,
-                },
-            )
-            groups.append(group)
+                )
+                opened.append((out, raw))
+                for batch in task_batches(corpus, rows):
+                    lines: list[bytes] = []
+                    size = 0
+                    for task in batch:
+                        name = f"{task.simulator}/{task.target}"
+                        static = [codes["simulator"][task.simulator], codes["target"][name]]
+                        described = describer.json(task) if describer else None
+                        lines.append(line(task, freq, static, described, floats))
+                        size += len(lines[-1])
+                        if size >= WRITE_BYTES:  # bounds the text held for the thread
+                            background.submit(out.write, b"".join(lines))
+                            lines, size = [], 0
+                        contexts.add(task.context_length)
+                        if name not in series:
+                            known = units.get((task.simulator, task.target), {})
+                            series[name] = {
+                                "target_unit": task.units.get(task.target, ""),
+                                "covariate_names": list(task.covariates),
+                                "covariate_units": [known.get(c, "") for c in task.covariates],
+                            }
+                    if lines:
+                        background.submit(out.write, b"".join(lines))
+                    bar.update(len(batch))
+                background.submit(_close, out, raw)
+                group = {
+                    "file": relative,
+                    "metadata": f"{DATA}/{base}.json",
+                    "freq": freq,
+                    "interval_s": int(interval),
+                    "prediction_length": int(horizon),
+                    "num_feat_dynamic_real": int(k),
+                    "items": int(len(rows)),
+                }
+                _write_json(
+                    folder / group["metadata"],
+                    {
+                        **group,
+                        "context_lengths": sorted(contexts),
+                        "feat_static_cat": [
+                            {"name": n, "cardinality": len(tables[n])} for n in STATIC_CATEGORIES
+                        ],
+                        "series": dict(sorted(series.items())),
+                        "quantile_levels": list(QUANTILE_LEVELS),
+                        "provenance": origin,
+                    },
+                )
+                groups.append(group)
     finally:
+        for out, raw in opened:  # after an error (closing twice does nothing)
+            _close(out, raw)
         bar.close()
 
     _write_json(

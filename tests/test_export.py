@@ -362,6 +362,69 @@ def test_a_full_disk_in_the_background_writer_leaves_the_old_export(
     assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock", "o"]
 
 
+def test_gluonts_compressing_in_a_thread_gives_the_same_bytes_however_lines_are_handed(
+    corpus_path, tmp_path, monkeypatch
+):
+    """The gluonts export hands lines to its compressing thread by the few MiB: a line at a
+    time, or a batch's lines at once, the files are the same bytes (and compressed there)."""
+    import gzip
+
+    from whatif_bench.export import gluonts
+
+    threads = []
+    original = gzip.GzipFile.write
+
+    def write(self, data):
+        threads.append(threading.get_ident())
+        return original(self, data)
+
+    monkeypatch.setattr(gzip.GzipFile, "write", write)
+    outs = []
+    for name, size in (("one-line", 1), ("whole-batch", 1 << 40)):
+        monkeypatch.setattr(gluonts, "WRITE_BYTES", size)
+        outs.append(
+            export_corpus(corpus_path, "gluonts", tmp_path / name, subset=0.1, progress=False)
+        )
+    files = [sorted(p.relative_to(o) for p in o.rglob("*") if p.is_file()) for o in outs]
+    assert files[0] == files[1] and any(str(f).endswith(".jsonl.gz") for f in files[0])
+    for rel in files[0]:
+        assert (outs[0] / rel).read_bytes() == (outs[1] / rel).read_bytes(), rel
+    tasks = json.loads((outs[0] / "manifest.json").read_text())["n_tasks"]
+    lines = sum(
+        len(gzip.decompress((outs[0] / f).read_bytes()).splitlines())
+        for f in files[0]
+        if str(f).endswith(".jsonl.gz")
+    )
+    assert lines == tasks and len(threads) > tasks  # a write a line, then fewer
+    assert threading.get_ident() not in threads
+
+
+def test_a_full_disk_in_the_gluonts_compressing_thread_leaves_the_old_export(
+    corpus_path, tmp_path, monkeypatch
+):
+    import errno
+    import gzip
+
+    out = export_corpus(corpus_path, "gluonts", tmp_path / "o", subset=0.05, progress=False)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    calls = []
+    original = gzip.GzipFile.write
+
+    def full(self, data):
+        calls.append(threading.get_ident())
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(self, data)
+
+    monkeypatch.setattr(gzip.GzipFile, "write", full)
+    monkeypatch.setattr(export_api, "BATCH_TASKS", 10)
+    with pytest.raises(OutputError, match=f"{out}: no space left on the device"):
+        export_corpus(corpus_path, "gluonts", out, overwrite=True, progress=False)
+    assert len(calls) == 2 and threading.get_ident() not in calls
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock", "o"]
+
+
 @pytest.mark.slow  # about 1 s
 def test_a_stale_temporary_folder_of_a_killed_run_is_removed(corpus_path, tmp_path):
     from whatif_bench.outputs import temporary_path, write_identity

@@ -76,46 +76,73 @@ class FloatTexts:
 
 
 class StampTexts:
-    """``isoformat()`` of timestamps. Whole-second stamps without a time zone at a regular step
-    (every corpus task's) are cut from a span of texts kept per step for the life of the object
+    """``isoformat()`` of timestamps. Whole-second stamps at a regular step (every corpus
+    task's), without a time zone or in one whose offset from UTC does not change over the
+    stamps, are cut from a span of texts kept per step and offset for the life of the object
     (one export), which grows to cover each index asked: the tasks of a target share its
     timeline, so a task's stamps are a slice of texts made before. Other stamps are formatted
     each time."""
 
     def __init__(self) -> None:
-        # step (s) -> (first stamp of the span, s since 1970; the texts of the span's stamps)
-        self._spans: dict[int, tuple[int, list[str]]] = {}
+        # (step in s, offset text) -> (first stamp of the span, s since 1970 on the wall
+        # clock; the texts of the span's stamps)
+        self._spans: dict[tuple[int, str], tuple[int, list[str]]] = {}
 
     def __call__(self, index: pd.DatetimeIndex) -> list[str]:
         """``stamp.isoformat()`` of every stamp of ``index``, shape (n,)."""
-        if index.tz is None:
-            seconds = index.values.astype("datetime64[s]")
-            if (seconds == index.values).all():
+        wall, offset = _wall_clock(index)
+        if wall is not None:
+            seconds = wall.astype("datetime64[s]")
+            if (seconds == wall).all():
                 keys = seconds.view(np.int64)
+                if offset and index[0].isoformat() != _second_texts(keys[:1])[0] + offset:
+                    return [stamp.isoformat() for stamp in index]  # not the layout expected
                 steps = np.diff(keys)
                 if keys.size > 1 and steps[0] > 0 and (steps == steps[0]).all():
-                    return self._regular(int(keys[0]), int(steps[0]), int(keys.size))
-                return _second_texts(keys)
+                    return self._regular(int(keys[0]), int(steps[0]), int(keys.size), offset)
+                return [text + offset for text in _second_texts(keys)]
         return [stamp.isoformat() for stamp in index]
 
-    def _regular(self, first: int, step: int, count: int) -> list[str]:
-        """The texts of ``count`` stamps ``first + i * step`` (s since 1970), from the span of
-        ``step``, grown (or, if it is not on the same grid or would pass ``MEMO_LIMIT``
-        stamps, started again) to hold them."""
-        origin, texts = self._spans.get(step, (first, []))
+    def _regular(self, first: int, step: int, count: int, offset: str) -> list[str]:
+        """The texts of ``count`` stamps ``first + i * step`` (s since 1970 on the wall clock)
+        followed by ``offset``, from the span of ``(step, offset)``, grown (or, if it is not
+        on the same grid or would pass ``MEMO_LIMIT`` stamps, started again) to hold them."""
+        origin, texts = self._spans.get((step, offset), (first, []))
         end = origin + len(texts) * step
         low, high = min(origin, first), max(end, first + count * step)
+
+        def made(seconds: np.ndarray) -> list[str]:
+            return [text + offset for text in _second_texts(seconds)]
+
         if (first - origin) % step or not texts or (high - low) // step > MEMO_LIMIT:
-            origin, texts = first, _second_texts(np.arange(count, dtype=np.int64) * step + first)
+            origin, texts = first, made(np.arange(count, dtype=np.int64) * step + first)
         else:
             if low < origin:
-                texts = _second_texts(np.arange(low, origin, step, dtype=np.int64)) + texts
+                texts = made(np.arange(low, origin, step, dtype=np.int64)) + texts
                 origin = low
             if high > end:
-                texts = texts + _second_texts(np.arange(end, high, step, dtype=np.int64))
-        self._spans[step] = (origin, texts)
+                texts = texts + made(np.arange(end, high, step, dtype=np.int64))
+        self._spans[(step, offset)] = (origin, texts)
         start = (first - origin) // step
         return texts[start : start + count]
+
+
+def _wall_clock(index: pd.DatetimeIndex) -> tuple[np.ndarray | None, str]:
+    """The stamps' wall-clock times (datetime64, shape (n,)) and the text of their offset from
+    UTC as ``isoformat`` ends with it (``""`` without a zone); ``None`` when the offset changes
+    over the stamps (a clock change) or there are none."""
+    if index.tz is None:
+        return index.values, ""
+    if not len(index):
+        return None, ""
+    wall = index.tz_localize(None).values
+    offsets = wall.view(np.int64) - index.tz_convert(None).values.view(np.int64)
+    if not (offsets == offsets[0]).all():
+        return None, ""
+    text, naive = index[0].isoformat(), index[0].tz_localize(None).isoformat()
+    if not text.startswith(naive):
+        return None, ""
+    return wall, text[len(naive) :]
 
 
 def _second_texts(seconds: np.ndarray) -> list[str]:

@@ -313,13 +313,26 @@ def test_one_exports_float_texts_are_each_arrays_own_whatever_came_before(arrays
     assert floats(np.empty((0, 3), dtype=np.float32)).tolist() == []
 
 
+# no zone (twice as often), UTC, fixed offsets (one of seconds: Amsterdam's before 1937) and
+# zones whose offset changes within some indexes (clock changes: texts made one at a time)
+ZONES = [
+    None,
+    None,
+    "UTC",
+    dt.timezone(dt.timedelta(hours=5, minutes=30)),
+    dt.timezone(-dt.timedelta(hours=3, minutes=30)),
+    "Europe/Amsterdam",
+    "America/St_Johns",
+]
+
+
 @given(
     st.lists(
         st.tuples(
-            st.datetimes(min_value=dt.datetime(1970, 1, 1), max_value=dt.datetime(2100, 1, 1)),
+            st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2100, 1, 1)),
             st.sampled_from([1, 60, 300, 3600]),
             st.integers(min_value=0, max_value=30),
-            st.sampled_from([None, None, "UTC"]),
+            st.sampled_from(ZONES),
         ),
         min_size=1,
         max_size=5,
@@ -338,16 +351,33 @@ def test_one_exports_stamp_texts_are_each_indexs_isoformat_whatever_came_before(
 
 
 @given(
-    st.datetimes(min_value=dt.datetime(1970, 1, 1), max_value=dt.datetime(2200, 1, 1)),
+    st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1)),
     st.sampled_from([1, 60, 300, 900, 3600]),
     st.integers(min_value=0, max_value=50),
-    st.sampled_from([None, "UTC", "Europe/Amsterdam"]),
+    st.sampled_from(ZONES),
 )
 @settings(max_examples=100, deadline=None)
 def test_iso_stamps_are_each_stamps_isoformat(start, seconds, periods, tz):
     # whole seconds or not, with a time zone or without
     index = pd.date_range(start, periods=periods, freq=pd.Timedelta(seconds=seconds), tz=tz)
     assert iso_stamps(index) == [stamp.isoformat() for stamp in index]
+
+
+@pytest.mark.parametrize(
+    "start, tz",
+    [
+        ("2024-03-30T12:00:00", "Europe/Amsterdam"),  # clocks go forward an hour
+        ("2024-10-26T12:00:00", "Europe/Amsterdam"),  # ... and back
+        ("2024-11-02T12:00:00", "America/St_Johns"),  # half-hour offsets
+        ("1937-06-30T12:00:00", "Europe/Amsterdam"),  # +00:19:32 to +00:20
+    ],
+)
+def test_stamps_across_a_clock_change_are_each_stamps_isoformat(start, tz):
+    stamps = StampTexts()
+    index = pd.date_range(start, periods=300, freq=pd.Timedelta(seconds=600), tz=tz)
+    assert len({stamp.utcoffset() for stamp in index}) == 2  # the change is inside
+    for part in (index[:50], index, index[50:]):  # known offsets first, then the change
+        assert stamps(part) == [stamp.isoformat() for stamp in part]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,9 @@ docs/EXPORT_FEV.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,7 +92,9 @@ def _schema(k: int, tz: str | None) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _metadata(tasks: list, units_of, describer=None) -> dict[str, list[Any]]:
+def _metadata(
+    tasks: list, units_of: Callable[[Any], dict[str, str]], describer=None
+) -> dict[str, list[Any]]:
     """The ``METADATA`` columns of ``tasks``, by fev's names: a value per task (lists as JSON
     text); ``units_of(task)`` maps its covariates to their units."""
     given: dict[str, list[Any]] = {
@@ -113,9 +117,11 @@ def _units(covariates: tuple[str, ...], units: dict[str, str]) -> list[str]:
 
 def _offsets(lengths: list[int]) -> pa.Array:
     """The (n + 1,) int32 offsets of a list column whose n rows hold ``lengths`` values."""
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return pa.array(offsets)
+    if offsets[-1] >= 2**31:  # pyarrow's list<...> counts its values in int32
+        raise FevExportError(f"a row group of {offsets[-1]:,} values; at most 2^31 - 1 fit")
+    return pa.array(offsets.astype(np.int32))
 
 
 def _series(histories: list[np.ndarray], futures: list[np.ndarray]) -> pa.ListArray:
@@ -129,11 +135,12 @@ def _series(histories: list[np.ndarray], futures: list[np.ndarray]) -> pa.ListAr
     )
 
 
-def _timestamps(tasks: list, unit: pa.DataType) -> pa.ListArray:
+def _timestamps(tasks: list, value_type: pa.DataType) -> pa.ListArray:
     """The ``timestamp`` column: a row per task, the UTC instant of each of its C + H steps
     (``task.timestamps()`` made naive in UTC) in milliseconds since 1970, as numpy casts them
     (floored). The steps are whole seconds apart, so a step is the first one's milliseconds
-    plus whole steps. ``unit`` is the column's ``timestamp[ms]`` type, with the baseline's zone.
+    plus whole steps. ``value_type`` is the column's ``timestamp[ms]``, with the baseline's
+    zone. A start from ISO text has a year of at most 9999, so the milliseconds fit in int64.
     """
     lengths = [t.context_length + t.prediction_length for t in tasks]
     steps = [t.interval_s * 1000 for t in tasks]  # ms
@@ -141,23 +148,23 @@ def _timestamps(tasks: list, unit: pa.DataType) -> pa.ListArray:
         starts = [
             int(t.start.to_datetime64().astype("datetime64[ms]").view(np.int64)) for t in tasks
         ]
-    except (OverflowError, ValueError) as error:
+    except (OverflowError, ValueError) as error:  # a start pandas cannot make
         raise FevExportError(f"a task's start is not a time fev can hold: {error}") from None
-    last = max(s + (n - 1) * step for s, n, step in zip(starts, lengths, steps, strict=True))
-    if last >= 2**63:
-        raise FevExportError(f"a task's last step ({last} ms after 1970) is past int64 times")
     offsets = _offsets(lengths)
     firsts = np.asarray(offsets)[:-1].astype(np.int64)
     within = np.arange(sum(lengths), dtype=np.int64) - np.repeat(firsts, lengths)
     ms = np.repeat(np.asarray(starts, np.int64), lengths) + within * np.repeat(steps, lengths)
-    return pa.ListArray.from_arrays(offsets, pa.array(ms, type=unit))
+    return pa.ListArray.from_arrays(offsets, pa.array(ms, type=value_type))
 
 
-def _table(tasks: list, schema: pa.Schema, units_of, describer=None) -> pa.Table:
+def _table(
+    tasks: list, schema: pa.Schema, units_of: Callable[[Any], dict[str, str]], describer=None
+) -> pa.Table:
     """One row per task in fev's wide format (``schema``: ``_schema``): ``id``, ``timestamp``,
     ``target`` and the K covariates (history then future), then ``METADATA``; the float and
-    time lists are built from whole arrays (one concatenation per column), not row by row."""
-    k = len(schema) - 3 - len(METADATA)
+    time lists are built from whole arrays (one concatenation per column), not row by row.
+    ``units_of(task)`` maps a task's covariates to their units."""
+    k = sum(1 for name in schema.names if name.startswith("covariate_") and name[10:].isdigit())
     built: dict[str, pa.Array] = {
         "id": pa.array([t.task_id for t in tasks], type=pa.string()),
         "timestamp": _timestamps(tasks, schema.field("timestamp").type.value_type),
@@ -180,7 +187,7 @@ class _Group:
     simulator: str
     c_label: str
     k: int
-    ids: list[str]
+    ids: tuple[str, ...]
     horizon: int
     interval_s: int
     schema: pa.Schema
@@ -228,14 +235,20 @@ def _groups(corpus, tasks: pd.DataFrame) -> list[_Group]:
     for (simulator, c_label, k), ids in order.items():
         ids = sorted(ids)  # fev sorts series by id; the file follows the same order
         first = next(iter(corpus.tasks(ids[:1])))
-        zone = first.timestamps().tz
+        zone = first.start.tz
         schema = _schema(k, None if zone is None else str(zone))
         horizon, interval = first.prediction_length, first.interval_s
-        groups.append(_Group(simulator, c_label, k, ids, horizon, interval, schema))
+        groups.append(_Group(simulator, c_label, k, tuple(ids), horizon, interval, schema))
     return groups
 
 
-def _rows(corpus, group: _Group, ids: list[str], units_of, describer=None) -> pa.Table:
+def _rows(
+    corpus,
+    group: _Group,
+    ids: Sequence[str],
+    units_of: Callable[[Any], dict[str, str]],
+    describer=None,
+) -> pa.Table:
     """The rows (``_table``) of the tasks ``ids`` of ``group``, read from ``corpus``; a task of
     another horizon or interval than the group's first is a ``FevExportError``."""
     loaded = list(corpus.tasks(ids))
@@ -348,10 +361,13 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True, per_task: 
             background.submit(writer.close)
         background.finish()
     finally:
-        background.abandon()  # after an error: nothing more is written
-        for writer in opened:  # closing a closed writer does nothing
-            writer.close()
-        bar.close()
+        try:
+            background.abandon()  # after an error: nothing more is written
+            for writer in opened:  # closing a closed writer does nothing
+                with contextlib.suppress(Exception):  # the first error is the one raised
+                    writer.close()
+        finally:
+            bar.close()
 
     _write_yaml(folder / TASK_FILE, pooled, POOLED_NOTE)
     files = [TASK_FILE]

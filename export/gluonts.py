@@ -28,6 +28,7 @@ corpus's values bit for bit. See docs/EXPORT_GLUONTS.md.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 from pathlib import Path
@@ -46,7 +47,9 @@ METADATA = "metadata.json"
 DATA = "data"
 LAYOUT_VERSION = 1
 COMPRESS_LEVEL = 6
-WRITE_BYTES = 4 << 20  # lines handed to the compressing thread at a time (at least this much)
+WRITE_BYTES = (
+    4 << 20
+)  # lines handed to the compressing thread at a time: this much, or a batch's rest
 STATIC_CATEGORIES = ("simulator", "target")  # the order of feat_static_cat
 
 
@@ -147,10 +150,11 @@ def _intervals(corpus, tasks: pd.DataFrame) -> dict[str, int]:
     return {row.simulator: corpus[row.task_id].interval_s for row in first.itertuples()}
 
 
-def _close(out: gzip.GzipFile, raw) -> None:
-    """Close a group's gzip stream (its trailer), then its file."""
+def _close(out: gzip.GzipFile | None, raw) -> None:
+    """Close a group's gzip stream (its trailer), if there is one, then its file."""
     try:
-        out.close()
+        if out is not None:
+            out.close()
     finally:
         raw.close()
 
@@ -175,7 +179,7 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
     floats = FloatTexts()
     groups = []
     bar = tqdm(total=len(tasks), desc="export gluonts", unit="task", disable=not progress)
-    opened: list[tuple[gzip.GzipFile, Any]] = []  # (gzip, file) not closed yet, after an error
+    opened: list[tuple[gzip.GzipFile | None, Any]] = []  # (gzip, file), to close after an error
     try:
         # a batch's lines are compressed and written in a thread (zlib lets go of Python's
         # lock) while the next batch's are made; the same bytes as writing them here
@@ -187,11 +191,12 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
                 series: dict[str, dict[str, Any]] = {}
                 contexts: set[int] = set()
                 raw = open(folder / relative, "wb")
+                opened.append((None, raw))
                 # no file name and mtime 0 in the gzip header: the bytes depend on the data only
                 out = gzip.GzipFile(
                     filename="", mode="wb", fileobj=raw, compresslevel=COMPRESS_LEVEL, mtime=0
                 )
-                opened.append((out, raw))
+                opened[-1] = (out, raw)
                 for batch in task_batches(corpus, rows):
                     lines: list[bytes] = []
                     size = 0
@@ -240,9 +245,12 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
                 )
                 groups.append(group)
     finally:
-        for out, raw in opened:  # after an error (closing twice does nothing)
-            _close(out, raw)
-        bar.close()
+        try:
+            for pair in opened:  # after an error; closing twice does nothing
+                with contextlib.suppress(Exception):  # the first error is the one raised
+                    _close(*pair)
+        finally:
+            bar.close()
 
     _write_json(
         folder / METADATA,

@@ -17,6 +17,7 @@ The columns, their order and types are the task table of ``whatif_bench.corpus.c
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +139,12 @@ def write(corpus, tasks: pd.DataFrame, folder, progress: bool = True) -> dict[st
             if writers:
                 background.submit(writers[-1].close)
     finally:
-        for writer in writers:  # after an error (closing a closed writer does nothing)
-            writer.close()
-        bar.close()
+        try:
+            for writer in writers:  # after an error (closing a closed writer does nothing)
+                with contextlib.suppress(Exception):  # the first error is the one raised
+                    writer.close()
+        finally:
+            bar.close()
     card = dataset_card(corpus, tasks, files)
     (folder / "README.md").write_text(card, encoding="utf-8")
     return {

@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 __all__ = ["FloatTexts", "StampTexts", "float_texts", "iso_stamps"]
 
 
-# the most texts one FloatTexts keeps, and the longest span of stamps one StampTexts keeps per
-# step: past it, it starts again empty (about 100 MiB of texts; the texts are the same either
-# way, only formatted again)
+# the most texts one FloatTexts keeps, and the most stamps one StampTexts keeps in all its spans:
+# past it, it starts again empty (about 100 MiB of texts; the texts are the same either way,
+# only formatted again)
 MEMO_LIMIT = 1 << 20
 
 
@@ -122,6 +122,9 @@ class StampTexts:
                 origin = low
             if high > end:
                 texts = texts + made(np.arange(end, high, step, dtype=np.int64))
+        others = sum(len(kept) for key, (_, kept) in self._spans.items() if key != (step, offset))
+        if others + len(texts) > MEMO_LIMIT:  # the other spans go (one span alone may be full)
+            self._spans.clear()
         self._spans[(step, offset)] = (origin, texts)
         start = (first - origin) // step
         return texts[start : start + count]
@@ -129,8 +132,8 @@ class StampTexts:
 
 def _wall_clock(index: pd.DatetimeIndex) -> tuple[np.ndarray | None, str]:
     """The stamps' wall-clock times (datetime64, shape (n,)) and the text of their offset from
-    UTC as ``isoformat`` ends with it (``""`` without a zone); ``None`` when the offset changes
-    over the stamps (a clock change) or there are none."""
+    UTC as ``isoformat`` ends with it (``""`` without a zone); for zoned stamps, ``None`` when
+    the offset changes over them (a clock change) or there are none."""
     if index.tz is None:
         return index.values, ""
     if not len(index):

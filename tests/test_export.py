@@ -371,16 +371,16 @@ def test_gluonts_compressing_in_a_thread_gives_the_same_bytes_however_lines_are_
 
     from whatif_bench.export import gluonts
 
-    threads = []
+    threads: dict[str, list[int]] = {"one-line": [], "whole-batch": []}  # a thread a write
     original = gzip.GzipFile.write
-
-    def write(self, data):
-        threads.append(threading.get_ident())
-        return original(self, data)
-
-    monkeypatch.setattr(gzip.GzipFile, "write", write)
     outs = []
     for name, size in (("one-line", 1), ("whole-batch", 1 << 40)):
+
+        def write(self, data, made=threads[name]):
+            made.append(threading.get_ident())
+            return original(self, data)
+
+        monkeypatch.setattr(gzip.GzipFile, "write", write)
         monkeypatch.setattr(gluonts, "WRITE_BYTES", size)
         outs.append(
             export_corpus(corpus_path, "gluonts", tmp_path / name, subset=0.1, progress=False)
@@ -395,8 +395,10 @@ def test_gluonts_compressing_in_a_thread_gives_the_same_bytes_however_lines_are_
         for f in files[0]
         if str(f).endswith(".jsonl.gz")
     )
-    assert lines == tasks and len(threads) > tasks  # a write a line, then fewer
-    assert threading.get_ident() not in threads
+    groups = len(json.loads((outs[0] / "manifest.json").read_text())["written"]["groups"])
+    assert lines == tasks and len(threads["one-line"]) == tasks  # a write a line
+    assert len(threads["whole-batch"]) == groups < tasks  # a write a batch, one a file here
+    assert threading.get_ident() not in threads["one-line"] + threads["whole-batch"]
 
 
 def test_a_full_disk_in_the_gluonts_compressing_thread_leaves_the_old_export(
@@ -423,6 +425,55 @@ def test_a_full_disk_in_the_gluonts_compressing_thread_leaves_the_old_export(
     assert len(calls) == 2 and threading.get_ident() not in calls
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock", "o"]
+
+
+@pytest.mark.parametrize("where", ["header", "thread"])
+def test_gluonts_files_that_fail_to_write_and_to_close_are_one_error_and_all_closed(
+    corpus_path, tmp_path, monkeypatch, where
+):
+    """A full disk in the first gzip header (made in this thread), or in the compressing
+    thread's first write, which waits until this thread has queued the first file's closing
+    and opened the second (the closing then never runs): the disk stays full, closing fails
+    too. One error, every file the export opened closed, no temporary folder left."""
+    import errno
+    import io
+    import time
+
+    from whatif_bench.export import gluonts
+
+    made: list[io.FileIO] = []
+    full = threading.Event()
+
+    class Full(io.FileIO):
+        def write(self, data):
+            if where == "header":
+                full.set()
+            elif threading.current_thread() is not threading.main_thread():
+                deadline = time.monotonic() + 60
+                while len(made) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                full.set()
+            if full.is_set():
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(data)
+
+        def close(self):
+            was_open = not self.closed
+            super().close()
+            if was_open and full.is_set():
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full_open(path, mode="r"):
+        made.append(Full(path, mode))
+        return made[-1]
+
+    monkeypatch.setattr(gluonts, "open", full_open, raising=False)
+    monkeypatch.setattr(gluonts, "WRITE_BYTES", 1 << 40)  # a write a batch
+    with pytest.raises(OutputError, match="no space left on the device"):
+        export_corpus(corpus_path, "gluonts", tmp_path / "o", progress=False)
+    assert len(made) == (1 if where == "header" else 2)
+    assert all(f.closed for f in made)
+    assert not list(tmp_path.glob(".o.whatif.partial-*")) and not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow  # about 1 s

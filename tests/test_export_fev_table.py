@@ -29,11 +29,11 @@ def opened(one_target_corpus):
 
 @pytest.fixture(scope="module")
 def tasks(opened):
-    """More tasks than a row group, of one (C, K) group, as the export writes them together."""
+    """The tasks of one (C, K) file, a row group's worth at most, as the export writes them."""
     frame = opened.tasks_frame()
     first = frame.iloc[0]
     group = frame[(frame["c_label"] == first["c_label"]) & (frame["k"] == first["k"])]
-    ids = sorted(group["task_id"])[: fev_export.ROW_GROUP + 3]
+    ids = sorted(group["task_id"])[: fev_export.ROW_GROUP]
     assert len(ids) > 3
     return list(opened.tasks(ids))
 
@@ -46,13 +46,15 @@ def _stamps(task) -> np.ndarray:
 
 
 def _row_by_row(tasks, schema: pa.Schema, units_of, describer) -> pa.Table:
-    """The table as ``fev._row`` and ``fev._table`` built it before 2026-12-06."""
+    """The table built a task at a time, as ``fev._row`` and ``fev._table`` built it before
+    2026-12-06 (written again here): a dict a row, each task's arrays concatenated, its times
+    from ``Task.timestamps()``, each column made by ``pa.array`` from the rows' values."""
     rows = []
     for task in tasks:
         row = {
             "id": task.task_id,
             "timestamp": _stamps(task),
-            "target": np.concatenate([task.history_target, task.future_target]),
+            "target": np.concatenate([task.history_target, task.future_target]).astype(np.float32),
         }
         for i, name in enumerate(fev_export.covariate_columns(task.k)):
             history, future = task.history_covariates[i], task.future_covariates[i]
@@ -123,7 +125,7 @@ def test_the_times_are_the_tasks_own_whatever_the_start_zone_and_step(tasks, win
     assert np.array_equal(got, np.concatenate([_stamps(t).view(np.int64) for t in made]))
 
 
-def test_a_start_no_time_can_hold_is_a_fev_export_error(tasks):
+def test_a_start_pandas_cannot_make_is_a_fev_export_error(tasks):
     beyond = dataclasses.replace(
         tasks[0], baseline_start="2024-02-29T00:00:00.000000001", start_step=10**9
     )
@@ -140,7 +142,7 @@ def test_a_task_of_another_horizon_or_interval_than_its_files_first_is_refused(
         first.simulator,
         first.c_label,
         first.k,
-        [t.task_id for t in tasks],
+        tuple(t.task_id for t in tasks),
         first.prediction_length,
         first.interval_s,
         fev_export._schema(first.k, None),

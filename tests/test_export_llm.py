@@ -376,8 +376,26 @@ def test_stamps_across_a_clock_change_are_each_stamps_isoformat(start, tz):
     stamps = StampTexts()
     index = pd.date_range(start, periods=300, freq=pd.Timedelta(seconds=600), tz=tz)
     assert len({stamp.utcoffset() for stamp in index}) == 2  # the change is inside
-    for part in (index[:50], index, index[50:]):  # known offsets first, then the change
+    # before the change (kept), across it (made one at a time), after it (kept, another offset)
+    for part in (index[:50], index, index[50:], index[-50:]):
         assert stamps(part) == [stamp.isoformat() for stamp in part]
+    # a span for each side's offset (whole-second stamps: the offset follows 19 characters)
+    assert {offset for _, offset in stamps._spans} == {
+        index[0].isoformat()[19:],
+        index[-1].isoformat()[19:],
+    }
+
+
+def test_stamp_texts_keep_at_most_the_limit_in_all_their_spans(monkeypatch):
+    from whatif_bench.export import texts
+
+    monkeypatch.setattr(texts, "MEMO_LIMIT", 100)
+    stamps = StampTexts()
+    for tz in (None, "UTC", dt.timezone(dt.timedelta(hours=2)), None):  # a span per offset
+        index = pd.date_range("2024-01-01", periods=60, freq=pd.Timedelta(seconds=300), tz=tz)
+        assert stamps(index) == [stamp.isoformat() for stamp in index]
+        assert sum(len(kept) for _, kept in stamps._spans.values()) <= 100
+    assert len(stamps._spans) == 1
 
 
 @pytest.fixture(scope="module")

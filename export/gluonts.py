@@ -47,9 +47,8 @@ METADATA = "metadata.json"
 DATA = "data"
 LAYOUT_VERSION = 1
 COMPRESS_LEVEL = 6
-WRITE_BYTES = (
-    4 << 20
-)  # lines handed to the compressing thread at a time: this much, or a batch's rest
+# the lines handed to the compressing thread at a time: this many bytes, or a batch's last lines
+WRITE_BYTES = 4 << 20
 STATIC_CATEGORIES = ("simulator", "target")  # the order of feat_static_cat
 
 

@@ -95,8 +95,6 @@ class StampTexts:
             seconds = wall.astype("datetime64[s]")
             if (seconds == wall).all():
                 keys = seconds.view(np.int64)
-                if offset and index[0].isoformat() != _second_texts(keys[:1])[0] + offset:
-                    return [stamp.isoformat() for stamp in index]  # not the layout expected
                 steps = np.diff(keys)
                 if keys.size > 1 and steps[0] > 0 and (steps == steps[0]).all():
                     return self._regular(int(keys[0]), int(steps[0]), int(keys.size), offset)

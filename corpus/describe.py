@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from whatif_bench.corpus.axes import NOVEL_REACH, RESTRAINT
-from whatif_bench.corpus.task import window_start_text, window_start_texts
+from whatif_bench.corpus.task import window_start_texts
 from whatif_bench.relationships.engine import EventSchedule, Relationship
 
 SCHEMA = "whatif-task-description/1"
@@ -269,11 +269,12 @@ def describe_task(
     covariates = [
         (info.name, info.shape, info.base_value, info.unit) for info in relationship.covariates[:k]
     ]
-    # every event's time in one call (the baseline's start looked up once)
+    # the window's, every event's and the future's time in one call (the baseline's start
+    # looked up once)
     starts = [int(start) for start in recipe["event_starts"]]
-    times = window_start_texts(
+    window_start, *times = window_start_texts(
         task.baseline_start,
-        [task.start_step + start for start in [*starts, task.context_length]],
+        [task.start_step + start for start in [0, *starts, task.context_length]],
         task.interval_s,
     )
     events = [
@@ -327,7 +328,7 @@ def describe_task(
             "window": [_finite(lower), _finite(upper)],
         },
         "window": {
-            "start_time": window_start_text(task.baseline_start, task.start_step, task.interval_s),
+            "start_time": window_start,
             "future_start_time": future_start,
             "interval_s": int(task.interval_s),
             "context_length": task.context_length,
